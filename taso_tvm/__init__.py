@@ -1,0 +1,16 @@
+"""taso-tvm: TASO, the Tensor Algebra SuperOptimizer, as a pass package for Apache TVM Relax.
+
+    import taso_tvm as taso
+    g = taso.new_graph()
+    x = g.new_input(dims=(1, 64, 56, 56))
+    ...
+    mod = g.to_relax()                       # a Relax IRModule
+    mod = taso.load_onnx("model.onnx")       # ONNX -> Relax
+"""
+from .api import Graph, Tensor, new_graph
+from .graph import GraphError, TensorGraph, TensorType
+from .onnx_io import ModelLoadError, load_onnx
+
+__version__ = "0.1.0"
+
+__all__ = ["Graph", "Tensor", "new_graph", "GraphError", "TensorGraph", "TensorType", "ModelLoadError", "load_onnx"]

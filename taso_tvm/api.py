@@ -1,0 +1,228 @@
+"""The TASO-compatible Python face: `import taso_tvm as taso; g = taso.new_graph(); ...`.
+
+Method names and keywords follow TASO's Python API (python/taso/_cython/core.pyx), so TASO's own examples run.
+A builder graph is a TensorGraph under construction; `graph.to_relax()` gives a Relax IRModule.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from .graph import NodeStore, TensorGraph, TensorRef, TensorType
+
+_ACTS = {"NONE": "none", "RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh"}
+
+
+def _act(activation: str) -> str:
+    key = str(activation).upper()
+    if key not in _ACTS:
+        raise ValueError(f"unknown activation '{activation}': use one of {', '.join(_ACTS)}")
+    return _ACTS[key]
+
+
+def _padding(padding: Union[str, Sequence[int]]) -> Union[str, tuple]:
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise ValueError(f"unknown padding '{padding}': use SAME or VALID")
+        return padding.upper()
+    return tuple(padding)
+
+
+class Tensor:
+    """A tensor of a builder graph (TASO's PyTensor)."""
+
+    __slots__ = ("graph", "ref")
+
+    def __init__(self, graph: "Graph", ref: TensorRef):
+        self.graph, self.ref = graph, ref
+
+    @property
+    def type(self) -> TensorType:
+        return self.graph.store.type(self.ref)
+
+    @property
+    def nDim(self) -> int:  # noqa: N802  (TASO's name)
+        return self.type.ndim
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    def dim(self, idx: int) -> int:
+        return self.type.shape[idx]
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.type})"
+
+
+class Graph:
+    """A graph built operator by operator, TASO style. Outputs default to the tensors nobody consumes."""
+
+    def __init__(self, seed: int = 0):
+        self.store = NodeStore()
+        self._rng = np.random.default_rng(seed)
+        self._created: list[TensorRef] = []
+        self._outputs: Optional[list[TensorRef]] = None
+        self._num_inputs = 0
+
+    # ------------------------------------------------------------- helpers
+    def _t(self, x: Tensor) -> TensorRef:
+        if not isinstance(x, Tensor) or x.graph is not self:
+            raise TypeError(f"expected a Tensor of this graph, got {type(x).__name__}")
+        return x.ref
+
+    def _op(self, op: str, inputs: Sequence[Tensor], **attrs: Any) -> list[Tensor]:
+        outs = self.store.add(op, [self._t(x) for x in inputs], **attrs)
+        self._created.extend(outs)
+        return [Tensor(self, r) for r in outs]
+
+    def _one(self, op: str, inputs: Sequence[Tensor], **attrs: Any) -> Tensor:
+        return self._op(op, inputs, **attrs)[0]
+
+    # ------------------------------------------------------------- sources
+    def new_input(self, *, dims: Sequence[int], name: Optional[str] = None, dtype: str = "float32") -> Tensor:
+        name = name or f"input{self._num_inputs}"
+        self._num_inputs += 1
+        return Tensor(self, self.store.input(name, TensorType(tuple(int(d) for d in dims), dtype)))
+
+    def new_weight(self, *, dims: Sequence[int], data: Optional[Any] = None) -> Tensor:
+        dims = tuple(int(d) for d in dims)
+        if data is None:
+            arr = self._rng.random(dims, dtype=np.float32)
+        else:
+            arr = np.asarray(data, dtype=np.float32)
+            if arr.size != int(np.prod(dims)):
+                raise ValueError(f"new_weight: data has {arr.size} elements, dims {dims} need {int(np.prod(dims))}")
+            arr = arr.reshape(dims)
+        return Tensor(self, self.store.weight(arr))
+
+    # ------------------------------------------------------------- operators (TASO names and keywords)
+    def conv2d(self, *, input: Tensor, weight: Tensor, strides: Sequence[int] = (1, 1),
+               padding: Union[str, Sequence[int]] = "SAME", activation: str = "NONE", groups: Optional[int] = None
+               ) -> Tensor:
+        cin, wcin = input.dim(1), weight.dim(1)
+        g = groups if groups is not None else (cin // wcin if wcin and cin % wcin == 0 else 1)
+        return self._one("conv2d", [input, weight], strides=tuple(strides), padding=_padding(padding), groups=g,
+                         activation=_act(activation))
+
+    def matmul(self, input: Tensor, weight: Tensor, activation: str = "NONE") -> Tensor:
+        return self._one("matmul", [input, weight], activation=_act(activation))
+
+    def add(self, x: Tensor, y: Tensor) -> Tensor:
+        return self._one("add", [x, y])
+
+    def sub(self, *, x: Tensor, y: Tensor) -> Tensor:
+        return self._one("sub", [x, y])
+
+    def mul(self, x: Tensor, y: Tensor) -> Tensor:
+        return self._one("mul", [x, y])
+
+    def div(self, *, x: Tensor, y: Tensor) -> Tensor:
+        return self._one("div", [x, y])
+
+    def relu(self, input: Tensor, inplace: bool = False) -> Tensor:
+        return self._one("relu", [input])
+
+    def sigmoid(self, input: Tensor, inplace: bool = False) -> Tensor:
+        return self._one("sigmoid", [input])
+
+    def tanh(self, input: Tensor, inplace: bool = False) -> Tensor:
+        return self._one("tanh", [input])
+
+    def exp(self, *, input: Tensor) -> Tensor:
+        return self._one("exp", [input])
+
+    def sqrt(self, *, input: Tensor) -> Tensor:
+        return self._one("sqrt", [input])
+
+    def gelu(self, input: Tensor) -> Tensor:
+        return self._one("gelu", [input])
+
+    def concat(self, axis: int, inputs: Sequence[Tensor]) -> Tensor:
+        return self._one("concat", list(inputs), axis=int(axis))
+
+    def split(self, input: Tensor, axis: int, sizes: Union[int, Sequence[int]]) -> list[Tensor]:
+        return self._op("split", [input], axis=int(axis), sizes=sizes if isinstance(sizes, int) else tuple(sizes))
+
+    def transpose(self, input: Tensor, perm: Sequence[int], shuffle: bool = False) -> Tensor:
+        return self._one("transpose", [input], perm=tuple(perm))
+
+    def reshape(self, input: Tensor, shape: Sequence[int]) -> Tensor:
+        return self._one("reshape", [input], shape=tuple(shape))
+
+    def maxpool2d(self, input: Tensor, kernels: Sequence[int], strides: Sequence[int],
+                  padding: Union[str, Sequence[int]] = "SAME", activation: str = "NONE") -> Tensor:
+        out = self._one("maxpool2d", [input], kernel=tuple(kernels), strides=tuple(strides), padding=_padding(padding))
+        return self._activate(out, activation)
+
+    def avgpool2d(self, *, input: Tensor, kernels: Sequence[int], strides: Sequence[int],
+                  padding: Union[str, Sequence[int]] = "SAME", activation: str = "NONE") -> Tensor:
+        out = self._one("avgpool2d", [input], kernel=tuple(kernels), strides=tuple(strides), padding=_padding(padding),
+                        count_include_pad=False)
+        return self._activate(out, activation)
+
+    def batchnorm(self, input: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor,
+                  epsilon: float = -1) -> Tensor:
+        eps = 1e-5 if epsilon is None or epsilon < 0 else float(epsilon)
+        return self._one("batchnorm", [input, scale, bias, mean, var], axis=1, epsilon=eps)
+
+    def softmax(self, input: Tensor, axis: int = -1) -> Tensor:
+        return self._one("softmax", [input], axis=int(axis))
+
+    def layernorm(self, input: Tensor, scale: Tensor, bias: Tensor, axes: Sequence[int] = (-1,),
+                  epsilon: float = 1e-5) -> Tensor:
+        return self._one("layernorm", [input, scale, bias], axes=tuple(axes), epsilon=float(epsilon))
+
+    def reduce_mean(self, *, input: Tensor, axes: Sequence[int], keepdims: bool = True) -> Tensor:
+        return self._one("mean", [input], axes=tuple(axes), keepdims=bool(keepdims))
+
+    def dropout(self, input: Tensor, rate: float = 0) -> Tensor:
+        return input  # inference: identity, as in TASO
+
+    identity = dropout
+
+    def _activate(self, t: Tensor, activation: str) -> Tensor:
+        act = _act(activation)
+        return t if act == "none" else self._one(act, [t])
+
+    # ------------------------------------------------------------- results
+    def mark_output(self, *tensors: Tensor) -> None:
+        """Declare the graph's outputs explicitly (default: every tensor no operator consumes)."""
+        self._outputs = (self._outputs or []) + [self._t(t) for t in tensors]
+
+    def outputs(self) -> list[TensorRef]:
+        if self._outputs is not None:
+            return list(self._outputs)
+        used = {ref for r in self._created for ref in self.store.nodes[r[0]].inputs}
+        seen, outs = set(), []
+        for r in self._created:
+            if r not in used and r not in seen:
+                seen.add(r)
+                outs.append(r)
+        if not outs:
+            raise ValueError("the graph has no operators, so no outputs")
+        return outs
+
+    def to_tensor_graph(self) -> TensorGraph:
+        return TensorGraph(self.store, self.outputs())
+
+    def to_relax(self, name: str = "main") -> Any:
+        """The graph as a Relax IRModule with one function `name` taking the inputs in creation order."""
+        import tvm
+
+        from .relay_pass.lower import lower_to_function
+
+        graph = self.to_tensor_graph()
+        order = [n.attrs["name"] for n in sorted(graph.inputs(), key=lambda n: n.id)]
+        func = lower_to_function(graph, name, params=order).with_attr("global_symbol", name)
+        return tvm.IRModule({name: func})
+
+    def evaluate(self, feeds: dict) -> list[np.ndarray]:
+        """Run the graph with the registry's NumPy semantics."""
+        return self.to_tensor_graph().evaluate(feeds)
+
+
+def new_graph(seed: int = 0) -> Graph:
+    """A new, empty builder graph (TASO's `taso.new_graph()`)."""
+    return Graph(seed)

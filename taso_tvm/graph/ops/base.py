@@ -1,0 +1,104 @@
+"""The operator registry: one `OpDef` per operator holds everything the project knows about it.
+
+An `OpDef` carries the attribute schema (defaults, normalisation), shape inference, NumPy reference semantics,
+the Z3 semantics slot used by the rule verifier, the Relax operator names it lifts from, and its lowering back
+to Relax. Nothing else in the project describes an operator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..types import GraphError, TensorType, freeze
+
+# TVM's OpPatternKind, which FuseOps uses to decide what fuses into what.
+ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
+
+InferFn = Callable[[Sequence[TensorType], dict], list[TensorType]]
+NumpyFn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]
+LiftFn = Callable[[Any], "tuple[list[Any], dict]"]  # relax Call -> (tensor args, attrs)
+LowerFn = Callable[[Sequence[Any], dict, Sequence[TensorType]], Any]  # (relax exprs, attrs, input types) -> relax expr
+
+
+@dataclass
+class OpDef:
+    """Everything about one operator. `inputs` is the arity (None = variadic, at least one)."""
+
+    name: str
+    inputs: Optional[int]
+    infer: InferFn
+    numpy: NumpyFn
+    attrs: dict[str, Any] = field(default_factory=dict)  # attribute name -> default (None: required)
+    relax: tuple[str, ...] = ()  # Relax operator names lifted into this op
+    lift: Optional[LiftFn] = None
+    lower: Optional[LowerFn] = None
+    z3: Optional[Callable[..., list]] = None  # symbolic semantics, filled by the rules package's z3 module
+    pattern: int = OPAQUE  # TVM OpPatternKind, for the fusion model of the cost package
+    normalize: Optional[Callable[[dict, Sequence[TensorType]], dict]] = None  # canonicalise attrs given input types
+    doc: str = ""
+
+    def make_attrs(self, given: dict, in_types: Sequence[TensorType]) -> dict:
+        """Fill defaults, reject unknown or missing attributes, and canonicalise values."""
+        unknown = set(given) - set(self.attrs)
+        if unknown:
+            raise GraphError(f"{self.name}: unknown attribute(s) {sorted(unknown)}")
+        out = {}
+        for k, default in self.attrs.items():
+            v = given.get(k, default)
+            if v is None and default is None and k not in given:
+                raise GraphError(f"{self.name}: missing required attribute '{k}'")
+            out[k] = freeze(v)
+        if self.normalize is not None:
+            out = {k: freeze(v) for k, v in self.normalize(out, in_types).items()}
+        return out
+
+    def check_arity(self, n: int) -> None:
+        if self.inputs is None:
+            if n < 1:
+                raise GraphError(f"{self.name}: needs at least one input")
+        elif n != self.inputs:
+            raise GraphError(f"{self.name}: expects {self.inputs} input(s), got {n}")
+
+
+OPS: dict[str, OpDef] = {}
+RELAX_TO_OP: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"operator {op.name} registered twice")
+    OPS[op.name] = op
+    for r in op.relax:
+        RELAX_TO_OP[r] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise GraphError(f"unknown operator '{name}'") from None
+
+
+def same_dtype(types: Sequence[TensorType], op: str) -> str:
+    dts = {t.dtype for t in types}
+    if len(dts) != 1:
+        raise GraphError(f"{op}: mixed dtypes {sorted(dts)}")
+    return dts.pop()
+
+
+def broadcast_shapes(a: Sequence, b: Sequence, op: str = "broadcast") -> tuple:
+    """NumPy broadcasting of two shapes (symbolic dims must match exactly or meet a 1)."""
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[len(a) - 1 - i] if i < len(a) else 1
+        y = b[len(b) - 1 - i] if i < len(b) else 1
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise GraphError(f"{op}: shapes {tuple(a)} and {tuple(b)} do not broadcast")
+    return tuple(reversed(out))

@@ -1,0 +1,45 @@
+"""Matrix multiplication with NumPy's batched/broadcast semantics and TASO's fused activation."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .base import OUT_EWISE_FUSABLE, OpDef, broadcast_shapes, register, same_dtype
+from .elementwise import apply_activation, check_activation, lower_activation
+from ..types import GraphError, TensorType
+
+
+def _matmul_infer(t, a):
+    x, y = t[0].shape, t[1].shape
+    if not x or not y:
+        raise GraphError("matmul: scalar operand")
+    xs = (1,) + x if len(x) == 1 else x
+    ys = y + (1,) if len(y) == 1 else y
+    if xs[-1] != ys[-2]:
+        raise GraphError(f"matmul: inner dimensions differ: {x} @ {y}")
+    batch = broadcast_shapes(xs[:-2], ys[:-2], "matmul")
+    out = batch + (xs[-2], ys[-1])
+    if len(x) == 1:
+        out = out[:-2] + out[-1:]
+    if len(y) == 1:
+        out = out[:-1]
+    return [TensorType(out, same_dtype(t, "matmul"))]
+
+
+def _matmul_np(x, a):
+    return [apply_activation(a["activation"], np.matmul(x[0], x[1]))]
+
+
+def _matmul_lift(call):
+    od = call.attrs.out_dtype
+    if od is not None and str(od) not in ("", "void"):
+        return None
+    return list(call.args), {"activation": "none"}
+
+
+MATMUL = register(OpDef(
+    "matmul", 2, _matmul_infer, _matmul_np, attrs={"activation": "none"},
+    normalize=lambda a, t: {"activation": check_activation(a["activation"], "matmul")},
+    relax=("relax.matmul",), lift=_matmul_lift,
+    lower=lambda bb, args, a, t: lower_activation(a["activation"], relax.op.matmul(args[0], args[1])),
+    pattern=OUT_EWISE_FUSABLE, doc="matrix product (NumPy semantics) with fused activation"))

@@ -1,0 +1,340 @@
+"""Neural-network operators: convolution, pooling, normalisation, softmax, mean."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .base import COMM_REDUCE, INJECTIVE, OUT_EWISE_FUSABLE, OpDef, register, same_dtype
+from .elementwise import apply_activation, check_activation, lower_activation
+from .relax_util import ints
+from ..types import GraphError, TensorType, normalize_axis
+
+R = relax.op
+
+
+def _pair(v, what: str, op: str) -> tuple[int, int]:
+    v = (v, v) if isinstance(v, int) else tuple(v)
+    if len(v) == 1:
+        v = (v[0], v[0])
+    if len(v) != 2 or any(int(x) < 1 for x in v):
+        raise GraphError(f"{op}: {what} must be two positive ints, got {v}")
+    return (int(v[0]), int(v[1]))
+
+
+def _pads(v, op: str) -> tuple[int, int, int, int]:
+    """Padding as (top, left, bottom, right), Relax's order."""
+    v = (v,) if isinstance(v, int) else tuple(v)
+    if len(v) == 1:
+        v = v * 4
+    elif len(v) == 2:
+        v = (v[0], v[1], v[0], v[1])
+    if len(v) != 4 or any(int(x) < 0 for x in v):
+        raise GraphError(f"{op}: padding must be 1, 2 or 4 non-negative ints, got {v}")
+    return tuple(int(x) for x in v)
+
+
+def _out_len(n, k, s, p0, p1, d, ceil=False):
+    eff = d * (k - 1) + 1
+    if not isinstance(n, int):
+        raise GraphError("symbolic spatial dimensions are not supported")
+    span = n + p0 + p1 - eff
+    if span < 0:
+        raise GraphError(f"window {eff} larger than padded input {n + p0 + p1}")
+    out = (span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p0:  # last window must start inside the input or left padding
+        out -= 1
+    return out
+
+
+def _windows(x: np.ndarray, kh, kw, strides, pads, dilation, oh, ow, fill=0.0):
+    """View of x (N,C,H,W) as N,C,OH,OW,KH,KW windows after padding with `fill`."""
+    pt, pl, pb, pr = pads
+    sh, sw = strides
+    dh, dw = dilation
+    extra_h = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (x.shape[2] + pt + pb))
+    extra_w = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (x.shape[3] + pl + pr))
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb + extra_h), (pl, pr + extra_w)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(xp, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    return win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
+
+
+# ---------------------------------------------------------------- conv2d
+def _conv_norm(a, t):
+    op = "conv2d"
+    a["strides"] = _pair(a["strides"], "strides", op)
+    a["dilation"] = _pair(a["dilation"], "dilation", op)
+    a["activation"] = check_activation(a["activation"], op)
+    if isinstance(a["padding"], str):
+        mode = a["padding"].upper()
+        if mode not in ("SAME", "VALID"):
+            raise GraphError(f"conv2d: padding must be SAME, VALID or ints, got {a['padding']!r}")
+        if mode == "VALID":
+            a["padding"] = (0, 0, 0, 0)
+        else:  # TASO/TensorFlow SAME: output = ceil(in / stride)
+            pads = []
+            for i in range(2):
+                n, k, s, d = t[0].shape[2 + i], t[1].shape[2 + i], a["strides"][i], a["dilation"][i]
+                out = -(-n // s)
+                total = max(0, (out - 1) * s + d * (k - 1) + 1 - n)
+                pads.append((total // 2, total - total // 2))
+            a["padding"] = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+    else:
+        a["padding"] = _pads(a["padding"], op)
+    a["groups"] = int(a["groups"])
+    return a
+
+
+def _conv_infer(t, a):
+    x, w = t
+    if x.ndim != 4 or w.ndim != 4:
+        raise GraphError(f"conv2d: expects 4-D input and weight, got {x} and {w}")
+    g = a["groups"]
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if g < 1 or c != cg * g or o % g:
+        raise GraphError(f"conv2d: channels {c} / weight {w.shape} / groups {g} inconsistent")
+    pt, pl, pb, pr = a["padding"]
+    oh = _out_len(h, kh, a["strides"][0], pt, pb, a["dilation"][0])
+    ow = _out_len(wd, kw, a["strides"][1], pl, pr, a["dilation"][1])
+    return [TensorType((n, o, oh, ow), same_dtype(t, "conv2d"))]
+
+
+def conv2d_numpy(x, w, strides, padding, dilation, groups):
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    oh = _out_len(x.shape[2], kh, strides[0], padding[0], padding[2], dilation[0])
+    ow = _out_len(x.shape[3], kw, strides[1], padding[1], padding[3], dilation[1])
+    win = _windows(x, kh, kw, strides, padding, dilation, oh, ow)
+    win = win.reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
+    out = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=x.dtype != object)
+    return out.reshape(n, o, oh, ow)
+
+
+def _conv_np(x, a):
+    y = conv2d_numpy(x[0], x[1], a["strides"], a["padding"], a["dilation"], a["groups"])
+    return [apply_activation(a["activation"], y)]
+
+
+def _conv_lift(call):
+    at = call.attrs
+    if str(at.data_layout) != "NCHW" or str(at.kernel_layout) != "OIHW" or str(at.out_layout) != "NCHW":
+        return None
+    if at.out_dtype is not None and str(at.out_dtype) not in ("", "void"):
+        return None
+    return list(call.args), {"strides": ints(at.strides), "padding": ints(at.padding),
+                             "dilation": ints(at.dilation), "groups": int(at.groups), "activation": "none"}
+
+
+def _conv_lower(bb, args, a, in_types):
+    y = R.nn.conv2d(args[0], args[1], strides=a["strides"], padding=a["padding"], dilation=a["dilation"],
+                    groups=a["groups"])
+    return lower_activation(a["activation"], y)
+
+
+CONV2D = register(OpDef(
+    "conv2d", 2, _conv_infer, _conv_np, normalize=_conv_norm,
+    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "activation": "none"},
+    relax=("relax.nn.conv2d",), lift=_conv_lift, lower=_conv_lower, pattern=OUT_EWISE_FUSABLE,
+    doc="2-D convolution, NCHW/OIHW, padding (top, left, bottom, right) or SAME/VALID, fused activation"))
+
+
+# ---------------------------------------------------------------- pooling
+def _pool_norm(a, t):
+    op = "pool2d"
+    a["kernel"] = _pair(a["kernel"], "kernel", op)
+    a["strides"] = _pair(a["strides"], "strides", op)
+    a["dilation"] = _pair(a["dilation"], "dilation", op)
+    if isinstance(a["padding"], str):
+        mode = a["padding"].upper()
+        if mode == "VALID":
+            a["padding"] = (0, 0, 0, 0)
+        elif mode == "SAME":
+            pads = []
+            for i in range(2):
+                n, k, s = t[0].shape[2 + i], a["kernel"][i], a["strides"][i]
+                total = max(0, (-(-n // s) - 1) * s + k - n)
+                pads.append((total // 2, total - total // 2))
+            a["padding"] = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
+        else:
+            raise GraphError(f"pool2d: padding must be SAME, VALID or ints, got {a['padding']!r}")
+    else:
+        a["padding"] = _pads(a["padding"], op)
+    a["ceil_mode"] = bool(a["ceil_mode"])
+    if "count_include_pad" in a:
+        a["count_include_pad"] = bool(a["count_include_pad"])
+    return a
+
+
+def _pool_infer(t, a):
+    x = t[0]
+    if x.ndim != 4:
+        raise GraphError(f"pool2d: expects a 4-D input, got {x}")
+    pt, pl, pb, pr = a["padding"]
+    oh = _out_len(x.shape[2], a["kernel"][0], a["strides"][0], pt, pb, a["dilation"][0], a["ceil_mode"])
+    ow = _out_len(x.shape[3], a["kernel"][1], a["strides"][1], pl, pr, a["dilation"][1], a["ceil_mode"])
+    return [TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)]
+
+
+def _pool_np(kind):
+    def fn(x, a):
+        x = x[0]
+        (oh, ow) = _pool_infer([TensorType(x.shape, "float32")], a)[0].shape[2:]
+        kh, kw = a["kernel"]
+        if kind == "max":
+            win = _windows(x, kh, kw, a["strides"], a["padding"], a["dilation"], oh, ow, fill=-np.inf)
+            return [win.max(axis=(4, 5)).astype(x.dtype)]
+        win = _windows(x, kh, kw, a["strides"], a["padding"], a["dilation"], oh, ow)
+        total = win.sum(axis=(4, 5))
+        if a["count_include_pad"]:
+            # windows are divided by their size clipped to the padded input (not the ceil-mode overhang)
+            ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+            pt, pl, pb, pr = a["padding"]
+            ones = np.pad(ones, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=1)
+            cnt = _windows(ones, kh, kw, a["strides"], (0, 0, 0, 0), a["dilation"], oh, ow).sum(axis=(4, 5))
+        else:
+            ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+            cnt = _windows(ones, kh, kw, a["strides"], a["padding"], a["dilation"], oh, ow).sum(axis=(4, 5))
+        return [(total / cnt).astype(x.dtype)]
+    return fn
+
+
+def _pool_lift(call):
+    at = call.attrs
+    if str(at.layout) != "NCHW" or str(at.out_layout) != "NCHW":
+        return None
+    a = {"kernel": ints(at.pool_size), "strides": ints(at.strides), "padding": ints(at.padding),
+         "dilation": ints(at.dilation), "ceil_mode": bool(at.ceil_mode)}
+    if call.op.name == "relax.nn.avg_pool2d":
+        a["count_include_pad"] = bool(at.count_include_pad)
+    return list(call.args), a
+
+
+def _pool_lower(kind):
+    def fn(bb, args, a, in_types):
+        f = R.nn.max_pool2d if kind == "max" else R.nn.avg_pool2d
+        extra = {} if kind == "max" else {"count_include_pad": a["count_include_pad"]}
+        return f(args[0], pool_size=a["kernel"], strides=a["strides"], padding=a["padding"], dilation=a["dilation"],
+                 ceil_mode=a["ceil_mode"], **extra)
+    return fn
+
+
+_POOL_ATTRS = {"kernel": None, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "ceil_mode": False}
+MAXPOOL = register(OpDef("maxpool2d", 1, _pool_infer, _pool_np("max"), attrs=dict(_POOL_ATTRS), normalize=_pool_norm,
+                         relax=("relax.nn.max_pool2d",), lift=_pool_lift, lower=_pool_lower("max"),
+                         pattern=OUT_EWISE_FUSABLE, doc="2-D max pooling, NCHW"))
+AVGPOOL = register(OpDef("avgpool2d", 1, _pool_infer, _pool_np("avg"),
+                         attrs=dict(_POOL_ATTRS, count_include_pad=False), normalize=_pool_norm,
+                         relax=("relax.nn.avg_pool2d",), lift=_pool_lift, lower=_pool_lower("avg"),
+                         pattern=OUT_EWISE_FUSABLE, doc="2-D average pooling, NCHW"))
+
+
+# ---------------------------------------------------------------- batch norm (inference)
+def _bn_infer(t, a):
+    x = t[0]
+    ax = normalize_axis(a["axis"], x.ndim)
+    for p in t[1:]:
+        if p.shape != (x.shape[ax],):
+            raise GraphError(f"batchnorm: parameter shape {p.shape} != ({x.shape[ax]},)")
+    return [x]
+
+
+def _bn_np(x, a):
+    data, gamma, beta, mean, var = x
+    ax = normalize_axis(a["axis"], data.ndim)
+    shape = [1] * data.ndim
+    shape[ax] = -1
+    r = lambda v: v.reshape(shape)  # noqa: E731
+    scale = gamma / np.sqrt(var + np.asarray(a["epsilon"], dtype=var.dtype))
+    return [((data - r(mean)) * r(scale) + r(beta)).astype(data.dtype, copy=False)]
+
+
+def _bn_lift(call):
+    at = call.attrs
+    if bool(at.training) or not bool(at.center) or not bool(at.scale):
+        return None
+    return list(call.args), {"axis": int(at.axis), "epsilon": float(at.epsilon), "momentum": float(at.momentum)}
+
+
+def _bn_lower(bb, args, a, in_types):
+    t = bb.emit(R.nn.batch_norm(*args, axis=a["axis"], epsilon=a["epsilon"], momentum=a["momentum"],
+                                   training=False))
+    return relax.TupleGetItem(t, 0)
+
+
+BATCHNORM = register(OpDef("batchnorm", 5, _bn_infer, _bn_np, attrs={"axis": 1, "epsilon": 1e-5, "momentum": 0.1},
+                           relax=("relax.nn.batch_norm",), lift=_bn_lift, lower=_bn_lower, pattern=INJECTIVE,
+                           doc="batch normalisation in inference mode: (x - mean) * gamma / sqrt(var + eps) + beta "
+                               "(momentum is kept for the Relax form; it does not affect inference)"))
+
+
+# ---------------------------------------------------------------- softmax, layer norm, mean
+def _softmax_np(x, a):
+    v = x[0]
+    ax = normalize_axis(a["axis"], v.ndim)
+    e = np.exp(v - v.max(axis=ax, keepdims=True))
+    return [(e / e.sum(axis=ax, keepdims=True)).astype(v.dtype)]
+
+
+def _softmax_infer(t, a):
+    normalize_axis(a["axis"], t[0].ndim)
+    return [t[0]]
+
+
+SOFTMAX = register(OpDef("softmax", 1, _softmax_infer, _softmax_np, attrs={"axis": -1},
+                         relax=("relax.nn.softmax",), lift=lambda c: (list(c.args), {"axis": int(c.attrs.axis)}),
+                         lower=lambda bb, args, a, t: R.nn.softmax(args[0], axis=a["axis"]), pattern=OUT_EWISE_FUSABLE,
+                         doc="softmax along an axis"))
+
+
+def _ln_infer(t, a):
+    x = t[0]
+    axes = [normalize_axis(ax, x.ndim) for ax in a["axes"]]
+    want = tuple(x.shape[ax] for ax in axes)
+    for p in t[1:]:
+        if p.shape != want:
+            raise GraphError(f"layernorm: parameter shape {p.shape} != {want}")
+    return [x]
+
+
+def _ln_np(x, a):
+    data, gamma, beta = x
+    axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
+    mean = data.mean(axis=axes, keepdims=True)
+    var = ((data - mean) ** 2).mean(axis=axes, keepdims=True)
+    return [((data - mean) / np.sqrt(var + a["epsilon"]) * gamma + beta).astype(data.dtype)]
+
+
+def _ln_lift(call):
+    at = call.attrs
+    if not bool(at.center) or not bool(at.scale):
+        return None
+    return list(call.args), {"axes": ints(at.axes), "epsilon": float(at.epsilon)}
+
+
+LAYERNORM = register(OpDef("layernorm", 3, _ln_infer, _ln_np, attrs={"axes": (-1,), "epsilon": 1e-5},
+                           relax=("relax.nn.layer_norm",), lift=_ln_lift,
+                           lower=lambda bb, args, a, t: R.nn.layer_norm(*args, axes=list(a["axes"]),
+                                                                          epsilon=a["epsilon"]),
+                           pattern=OUT_EWISE_FUSABLE, doc="layer normalisation over the given axes"))
+
+
+def _mean_infer(t, a):
+    x = t[0]
+    axes = sorted(normalize_axis(ax, x.ndim) for ax in a["axes"])
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if a["keepdims"] else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return [TensorType(tuple(shape), x.dtype)]
+
+
+def _mean_lift(call):
+    if call.attrs.axis is None:
+        return None
+    return list(call.args), {"axes": ints(call.attrs.axis), "keepdims": bool(call.attrs.keepdims)}
+
+
+MEAN = register(OpDef("mean", 1, _mean_infer,
+                      lambda x, a: [x[0].mean(axis=tuple(a["axes"]), keepdims=a["keepdims"]).astype(x[0].dtype)],
+                      attrs={"axes": None, "keepdims": False}, relax=("relax.mean",), lift=_mean_lift,
+                      lower=lambda bb, args, a, t: R.mean(args[0], axis=list(a["axes"]), keepdims=a["keepdims"]),
+                      pattern=COMM_REDUCE, doc="mean over axes (global average pooling imports as this)"))

@@ -1,0 +1,144 @@
+"""Data-movement operators: concat, split, transpose, reshape."""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .base import INJECTIVE, OpDef, register, same_dtype
+from .relax_util import ints
+from ..types import GraphError, TensorType, normalize_axis
+
+R = relax.op
+
+
+def _concat_infer(t, a):
+    nd = t[0].ndim
+    ax = normalize_axis(a["axis"], nd)
+    total = 0
+    for x in t:
+        if x.ndim != nd or any(x.shape[i] != t[0].shape[i] for i in range(nd) if i != ax):
+            raise GraphError(f"concat: shapes {[x.shape for x in t]} differ outside axis {ax}")
+        if not isinstance(x.shape[ax], int):
+            raise GraphError("concat: symbolic size on the concat axis")
+        total += x.shape[ax]
+    shape = list(t[0].shape)
+    shape[ax] = total
+    return [TensorType(tuple(shape), same_dtype(t, "concat"))]
+
+
+def _concat_lift(call):
+    tup = call.args[0]
+    if not isinstance(tup, relax.Tuple) or call.attrs.axis is None:
+        return None
+    return list(tup.fields), {"axis": int(call.attrs.axis)}
+
+
+CONCAT = register(OpDef("concat", None, _concat_infer,
+                        lambda x, a: [np.concatenate(list(x), axis=a["axis"])], attrs={"axis": None},
+                        relax=("relax.concat",), lift=_concat_lift,
+                        lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]), pattern=INJECTIVE,
+                        doc="concatenate along an axis"))
+
+
+def _split_norm(a, t):
+    ax = normalize_axis(a["axis"], t[0].ndim)
+    n = t[0].shape[ax]
+    sizes = a["sizes"]
+    if isinstance(sizes, int):  # equal sections
+        if sizes < 1 or not isinstance(n, int) or n % sizes:
+            raise GraphError(f"split: {n} not divisible into {sizes} sections")
+        sizes = (n // sizes,) * sizes
+    if any(int(s) < 0 for s in sizes) or sum(sizes) != n:
+        raise GraphError(f"split: sizes {tuple(sizes)} do not add up to {n} on axis {ax}")
+    return {"axis": a["axis"], "sizes": tuple(int(s) for s in sizes)}
+
+
+def _split_infer(t, a):
+    ax = normalize_axis(a["axis"], t[0].ndim)
+    out = []
+    for s in a["sizes"]:
+        shape = list(t[0].shape)
+        shape[ax] = s
+        out.append(TensorType(tuple(shape), t[0].dtype))
+    return out
+
+
+def _split_np(x, a):
+    idx = np.cumsum(a["sizes"])[:-1]
+    return [np.ascontiguousarray(p) for p in np.split(x[0], idx, axis=a["axis"])]
+
+
+def _split_lift(call):
+    ios = call.attrs.indices_or_sections
+    ty = call.args[0].ty
+    try:
+        n = int(ty.shape[normalize_axis(int(call.attrs.axis), len(ty.shape))])
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if hasattr(ios, "value") or isinstance(ios, int):
+        sizes = int(ios)
+    else:
+        cuts = [0] + [int(i) for i in ios] + [n]
+        sizes = tuple(cuts[i + 1] - cuts[i] for i in range(len(cuts) - 1))
+    return list(call.args), {"axis": int(call.attrs.axis), "sizes": sizes}
+
+
+def _split_lower(bb, args, a, t):
+    idx = [int(i) for i in np.cumsum(a["sizes"])[:-1]]
+    tup = bb.emit(R.split(args[0], idx, axis=a["axis"]))
+    return [relax.TupleGetItem(tup, i) for i in range(len(a["sizes"]))]
+
+
+SPLIT = register(OpDef("split", 1, _split_infer, _split_np, attrs={"axis": None, "sizes": None},
+                       normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower,
+                       pattern=INJECTIVE, doc="split along an axis into pieces of the given sizes (several outputs)"))
+
+
+def _transpose_norm(a, t):
+    nd = t[0].ndim
+    perm = a["perm"]
+    perm = tuple(reversed(range(nd))) if perm is None or perm == () else tuple(normalize_axis(p, nd) for p in perm)
+    if sorted(perm) != list(range(nd)):
+        raise GraphError(f"transpose: {perm} is not a permutation of rank {nd}")
+    return {"perm": perm}
+
+
+TRANSPOSE = register(OpDef(
+    "transpose", 1, lambda t, a: [TensorType(tuple(t[0].shape[p] for p in a["perm"]), t[0].dtype)],
+    lambda x, a: [np.transpose(x[0], a["perm"])], attrs={"perm": ()}, normalize=_transpose_norm,
+    relax=("relax.permute_dims",), lift=lambda c: (list(c.args), {"perm": ints(c.attrs.axes)}),
+    lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])), pattern=INJECTIVE,
+    doc="permute dimensions"))
+
+
+def _reshape_norm(a, t):
+    shape = list(a["shape"])
+    if not t[0].is_static:
+        raise GraphError("reshape: symbolic input shape")
+    n = t[0].size
+    if shape.count(-1) > 1:
+        raise GraphError(f"reshape: more than one -1 in {shape}")
+    known = int(np.prod([s for s in shape if s != -1])) if shape else 1
+    if -1 in shape:
+        if known == 0 or n % known:
+            raise GraphError(f"reshape: cannot reshape {t[0].shape} into {tuple(shape)}")
+        shape[shape.index(-1)] = n // known
+    if int(np.prod(shape)) != n:
+        raise GraphError(f"reshape: cannot reshape {t[0].shape} into {tuple(shape)}")
+    return {"shape": tuple(int(s) for s in shape)}
+
+
+def _reshape_lift(call):
+    shape = call.args[1]
+    if not isinstance(shape, relax.ShapeExpr):
+        return None
+    try:
+        return [call.args[0]], {"shape": tuple(int(v) for v in shape.values)}
+    except (TypeError, ValueError):
+        return None
+
+
+RESHAPE = register(OpDef(
+    "reshape", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)], lambda x, a: [np.reshape(x[0], a["shape"])],
+    attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape",), lift=_reshape_lift,
+    lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])), pattern=INJECTIVE, doc="reshape (static)"))

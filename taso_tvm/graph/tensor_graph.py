@@ -1,0 +1,316 @@
+"""TensorGraph: an immutable DAG of hash-consed operator nodes, cheap to copy-on-write.
+
+Nodes live in a `NodeStore` shared by a graph and every graph derived from it. A node is identified by its content
+(operator, attributes, input tensors), interned with full equality, so the same computation is always the same node
+id: two graphs with the same nodes and outputs are equal whatever order they were built in, and a graph's structural
+hash is the hash of its node-id set. A graph is just its outputs; its nodes are what the outputs reach.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .ops import get_op
+from .ops.base import OpDef
+from .types import GraphError, TensorType, freeze
+
+TensorRef = tuple  # (node id, output index)
+SOURCE_OPS = frozenset({"input", "weight"})
+
+
+class CycleError(GraphError):
+    """A rewrite would make a tensor depend on itself."""
+
+
+class Node:
+    """One operator application. Immutable by convention; `value` holds a weight's data or an opaque expression."""
+
+    __slots__ = ("id", "op", "attrs", "inputs", "types", "value")
+
+    def __init__(self, id: int, op: str, attrs: dict, inputs: tuple, types: tuple, value: Any = None):
+        self.id, self.op, self.attrs, self.inputs, self.types, self.value = id, op, attrs, inputs, types, value
+
+    @property
+    def opdef(self) -> OpDef:
+        return get_op(self.op)
+
+    @property
+    def outputs(self) -> list[TensorRef]:
+        return [(self.id, i) for i in range(len(self.types))]
+
+    def __repr__(self) -> str:
+        a = ", ".join(f"{k}={v}" for k, v in self.attrs.items() if self.op not in ("weight", "opaque"))
+        ins = ", ".join(f"%{i}.{j}" if j else f"%{i}" for i, j in self.inputs)
+        return f"%{self.id} = {self.op}({ins}{', ' if a and ins else ''}{a}) -> {', '.join(map(str, self.types))}"
+
+
+class NodeStore:
+    """Interning table for nodes. Every graph derived from one lift or builder shares one store."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self._intern: dict[tuple, int] = {}
+        self._serial = 0
+
+    def type(self, ref: TensorRef) -> TensorType:
+        return self.nodes[ref[0]].types[ref[1]]
+
+    def _new(self, key: tuple, op: str, attrs: dict, inputs: tuple, types: tuple, value: Any = None) -> Node:
+        nid = self._intern.get(key)
+        if nid is not None:
+            return self.nodes[nid]
+        node = Node(len(self.nodes), op, attrs, inputs, types, value)
+        self.nodes.append(node)
+        self._intern[key] = node.id
+        return node
+
+    def fresh_key(self, prefix: str) -> str:
+        self._serial += 1
+        return f"{prefix}{self._serial}"
+
+    def input(self, name: str, ty: TensorType) -> TensorRef:
+        key = ("input", name)
+        if key in self._intern:
+            node = self.nodes[self._intern[key]]
+            if node.types[0] != ty:
+                raise GraphError(f"input '{name}' declared twice with types {node.types[0]} and {ty}")
+        return self._new(key, "input", {"name": name}, (), (ty,)).outputs[0]
+
+    def weight(self, value: Any, ty: Optional[TensorType] = None, key: Optional[str] = None) -> TensorRef:
+        """A constant tensor. `value` is a NumPy array or a Relax constant (kept as-is for lowering)."""
+        if ty is None:
+            arr = np.asarray(value)
+            ty = TensorType(tuple(int(d) for d in arr.shape), str(arr.dtype))
+        key = key or self.fresh_key("w")
+        return self._new(("weight", key), "weight", {"key": key}, (), (ty,), value).outputs[0]
+
+    def opaque(self, expr: Any, inputs: Sequence[TensorRef], types: Sequence[TensorType], key: str) -> Node:
+        return self._new(("opaque", key), "opaque", {"key": key}, tuple(inputs), tuple(types), expr)
+
+    def add(self, op: str, inputs: Sequence[TensorRef], **attrs: Any) -> list[TensorRef]:
+        """Apply a registry operator; returns its output tensors. Raises GraphError if the inputs do not fit."""
+        return self.make(op, inputs, attrs).outputs
+
+    def make(self, op: str, inputs: Sequence[TensorRef], attrs: Mapping[str, Any]) -> Node:
+        opdef = get_op(op)
+        if op in SOURCE_OPS or op == "opaque":
+            raise GraphError(f"use NodeStore.{op}() to create {op} nodes")
+        inputs = tuple((int(i), int(j)) for i, j in inputs)
+        opdef.check_arity(len(inputs))
+        in_types = [self.type(r) for r in inputs]
+        full = opdef.make_attrs(dict(attrs), in_types)
+        key = (op, tuple(sorted(full.items())), inputs)
+        nid = self._intern.get(key)
+        if nid is not None:
+            return self.nodes[nid]
+        types = tuple(opdef.infer(in_types, full))
+        return self._new(key, op, full, inputs, types)
+
+    def remake(self, node: Node, inputs: tuple) -> Node:
+        """`node` with other inputs of the same types (attributes are already canonical)."""
+        if node.op == "opaque":
+            return self._new(("opaque", node.attrs["key"], inputs), "opaque", node.attrs, inputs, node.types,
+                             node.value)
+        key = (node.op, tuple(sorted(node.attrs.items())), inputs)
+        nid = self._intern.get(key)
+        if nid is not None:
+            return self.nodes[nid]
+        in_types = [self.type(r) for r in inputs]
+        types = tuple(node.opdef.infer(in_types, node.attrs))
+        return self._new(key, node.op, node.attrs, inputs, types)
+
+
+class TensorGraph:
+    """An immutable graph: a node store and the output tensors. Derived data is computed once, lazily."""
+
+    __slots__ = ("store", "outputs", "_order", "_consumers", "_ids", "_hash")
+
+    def __init__(self, store: NodeStore, outputs: Iterable[TensorRef]):
+        self.store = store
+        self.outputs: tuple = tuple((int(i), int(j)) for i, j in outputs)
+        self._order: Optional[list[Node]] = None
+        self._consumers: Optional[dict] = None
+        self._ids: Optional[frozenset] = None
+        self._hash: Optional[int] = None
+
+    # ---------------------------------------------------------------- structure
+    def node(self, nid: int) -> Node:
+        return self.store.nodes[nid]
+
+    def type(self, ref: TensorRef) -> TensorType:
+        return self.store.type(ref)
+
+    def topo_order(self) -> list[Node]:
+        """Nodes reachable from the outputs in creation order, which is topological: a node is always
+        created after its inputs. A lifted, unchanged graph so comes back in its original binding order."""
+        if self._order is None:
+            nodes = self.store.nodes
+            seen: set[int] = set()
+            stack = [i for i, _ in self.outputs]
+            while stack:
+                nid = stack.pop()
+                if nid not in seen:
+                    seen.add(nid)
+                    stack.extend(i for i, _ in nodes[nid].inputs)
+            self._ids = frozenset(seen)
+            self._order = [nodes[i] for i in sorted(seen)]
+        return self._order
+
+    @property
+    def node_ids(self) -> frozenset:
+        if self._ids is None:
+            self._ids = frozenset(n.id for n in self.topo_order())
+        return self._ids
+
+    def consumers(self) -> dict[TensorRef, list[tuple[int, int]]]:
+        """tensor -> [(consumer node id, input position)]; graph outputs appear as (-1, output position)."""
+        if self._consumers is None:
+            cons: dict[TensorRef, list[tuple[int, int]]] = {}
+            for n in self.topo_order():
+                for pos, ref in enumerate(n.inputs):
+                    cons.setdefault(ref, []).append((n.id, pos))
+            for pos, ref in enumerate(self.outputs):
+                cons.setdefault(ref, []).append((-1, pos))
+            self._consumers = cons
+        return self._consumers
+
+    def inputs(self) -> list[Node]:
+        return [n for n in self.topo_order() if n.op == "input"]
+
+    def ops(self) -> list[Node]:
+        """Computation nodes (not inputs or weights)."""
+        return [n for n in self.topo_order() if n.op not in SOURCE_OPS]
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops())
+
+    def structural_hash(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self.node_ids, self.outputs))
+        return self._hash
+
+    __hash__ = structural_hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, TensorGraph) and other.store is self.store and self.outputs == other.outputs
+                and self.node_ids == other.node_ids)
+
+    def __repr__(self) -> str:
+        lines = [repr(n) for n in self.topo_order()]
+        lines.append("return " + ", ".join(f"%{i}.{j}" if j else f"%{i}" for i, j in self.outputs))
+        return "\n".join(lines)
+
+    def is_weight_only(self, ref: TensorRef, _memo: Optional[dict] = None) -> bool:
+        """True if the tensor is computed from weights alone (no graph input, no opaque node)."""
+        memo = {} if _memo is None else _memo
+        stack = [ref[0]]
+        order = []
+        while stack:
+            nid = stack.pop()
+            if nid in memo:
+                continue
+            node = self.store.nodes[nid]
+            pending = [i for i, _ in node.inputs if i not in memo]
+            if pending:
+                if nid in order:
+                    raise CycleError("cycle")
+                order.append(nid)
+                stack.append(nid)
+                stack.extend(pending)
+                continue
+            memo[nid] = node.op == "weight" or (node.op not in ("input", "opaque") and bool(node.inputs) and
+                                                  all(memo[i] for i, _ in node.inputs))
+        return memo[ref[0]]
+
+    # ---------------------------------------------------------------- edits
+    def replace(self, mapping: Mapping[TensorRef, TensorRef]) -> "TensorGraph":
+        """A new graph where every use of each key tensor reads the mapped tensor instead.
+
+        Consumers downstream of a replaced tensor are re-created (re-interned); untouched nodes are shared.
+        Raises CycleError if a replacement depends on the tensor it replaces.
+        """
+        store = self.store
+        nodes = store.nodes
+        new_id: dict[int, int] = {}
+        state: dict[int, int] = {}  # 1 = in progress, 2 = done
+
+        def target(ref):
+            seen = 0
+            while ref in mapping:
+                ref = mapping[ref]
+                seen += 1
+                if seen > len(mapping):
+                    raise CycleError("replacement mapping loops")
+            return ref
+
+        def build(root: int) -> None:
+            stack = [root]
+            while stack:
+                nid = stack[-1]
+                if state.get(nid) == 2:
+                    stack.pop()
+                    continue
+                node = nodes[nid]
+                refs = [target(r) for r in node.inputs]
+                pending = [r[0] for r in refs if state.get(r[0]) != 2]
+                if pending:
+                    if state.get(nid) == 1:
+                        raise CycleError(f"rewrite creates a cycle through {node.op} %{nid}")
+                    state[nid] = 1
+                    for p in pending:
+                        if state.get(p) == 1:
+                            raise CycleError(f"rewrite creates a cycle through {nodes[p].op} %{p}")
+                        stack.append(p)
+                    continue
+                new_inputs = tuple((new_id[i], j) for i, j in refs)
+                new_id[nid] = nid if new_inputs == node.inputs else store.remake(node, new_inputs).id
+                state[nid] = 2
+                stack.pop()
+
+        outs = []
+        for ref in self.outputs:
+            ref = target(ref)
+            build(ref[0])
+            outs.append((new_id[ref[0]], ref[1]))
+        return TensorGraph(store, outs)
+
+    def with_outputs(self, outputs: Sequence[TensorRef]) -> "TensorGraph":
+        return TensorGraph(self.store, outputs)
+
+    # ---------------------------------------------------------------- reference semantics
+    def evaluate(self, feeds: Mapping[str, np.ndarray], refs: Optional[Sequence[TensorRef]] = None) -> list:
+        """Run the graph with each operator's NumPy semantics (the reference the rules are tested against)."""
+        values: dict[int, list] = {}
+        for node in self.topo_order() if refs is None else TensorGraph(self.store, refs).topo_order():
+            if node.op == "input":
+                name = node.attrs["name"]
+                if name not in feeds:
+                    raise GraphError(f"no value fed for input '{name}'")
+                values[node.id] = [np.asarray(feeds[name])]
+            elif node.op == "weight":
+                values[node.id] = [weight_array(node)]
+            elif node.op == "opaque":
+                raise GraphError(f"cannot evaluate opaque node %{node.id} in NumPy")
+            else:
+                args = [values[i][j] for i, j in node.inputs]
+                values[node.id] = list(node.opdef.numpy(args, node.attrs))
+        return [values[i][j] for i, j in (self.outputs if refs is None else refs)]
+
+
+def weight_array(node: Node) -> np.ndarray:
+    """The data of a weight node as a NumPy array (Relax constants are converted on demand)."""
+    v = node.value
+    if isinstance(v, np.ndarray):
+        return v
+    data = getattr(v, "value", v)  # tvm.ir.GenericConst keeps its tensor in .value
+    arr = data.numpy() if hasattr(data, "numpy") else np.asarray(data)
+    return arr
+
+
+def new_graph_store() -> NodeStore:
+    return NodeStore()
+
+
+__all__ = ["Node", "NodeStore", "TensorGraph", "TensorRef", "CycleError", "weight_array", "freeze"]

@@ -1,0 +1,107 @@
+"""ONNX → Relax: TVM's ONNX frontend plus the clean-up the search needs, with one-line errors."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from typing import Mapping, Optional, Sequence, Union
+
+import onnx
+import tvm
+from tvm import relax
+
+log = logging.getLogger(__name__)
+
+ModelLike = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
+
+
+class ModelLoadError(ValueError):
+    """A model could not be read or imported. The message is one line naming the file and the cause."""
+
+
+def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
+    """Read an ONNX model from a path, bytes or a ModelProto; returns the model and a label for messages."""
+    if isinstance(model, onnx.ModelProto):
+        return model, f"model '{model.graph.name or 'in memory'}'"
+    if isinstance(model, (bytes, bytearray)):
+        label = "model bytes"
+        data = bytes(model)
+    else:
+        path = os.fspath(model)
+        label = f"'{path}'"
+        if not os.path.exists(path):
+            raise ModelLoadError(f"cannot read {label}: no such file")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"cannot read {label}: it is a directory")
+        with open(path, "rb") as f:
+            data = f.read()
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf raises DecodeError and others
+        raise ModelLoadError(f"{label} is not an ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                             ) from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
+    return proto, label
+
+
+def parse_shapes(text: str) -> dict[str, list[int]]:
+    """tvmc's --input-shapes syntax: "name:[1,3,224,224],mask:[1,128]"."""
+    shapes: dict[str, list[int]] = {}
+    for m in re.finditer(r"\s*([^:,\[\]]+?)\s*:\s*\[([^\]]*)\]\s*(?:,|$)", text):
+        dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+        try:
+            shapes[m.group(1)] = [int(d) for d in dims]
+        except ValueError:
+            raise ModelLoadError(f"bad --input-shapes entry '{m.group(0).strip(', ')}': dims must be integers") from None
+    if not shapes and text.strip():
+        raise ModelLoadError(f"bad --input-shapes '{text}': expected name:[d1,d2,...],name2:[...]")
+    return shapes
+
+
+def _input_shapes(proto: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]], label: str) -> dict:
+    inits = {i.name for i in proto.graph.initializer}
+    names = [i.name for i in proto.graph.input if i.name not in inits]
+    for name in shapes or {}:
+        if name not in names:
+            raise ModelLoadError(f"{label}: --input-shapes names '{name}', which is not a graph input "
+                                 f"(inputs: {', '.join(names)})")
+    out = {}
+    for i in proto.graph.input:
+        if i.name in inits:
+            continue
+        if shapes and i.name in shapes:
+            out[i.name] = list(shapes[i.name])
+    return out
+
+
+def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+              opset: Optional[int] = None) -> tvm.IRModule:
+    """Import an ONNX model into a Relax IRModule with weights bound as constants and constants folded.
+
+    `shapes` fixes input shapes (and so symbolic dimensions), like tvmc's --input-shapes.
+    """
+    proto, label = read_onnx(model)
+    shape_dict = _input_shapes(proto, shapes, label)
+    known = {op.op_type for op in proto.graph.node}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from tvm.relax.frontend.onnx import from_onnx
+
+            mod = from_onnx(proto, shape_dict=shape_dict or None, opset=opset)
+    except tvm.error.OpNotImplemented as e:
+        ops = re.findall(r"[A-Za-z_][\w.]*", str(e).split(":", 1)[-1])
+        bad = [o for o in ops if o in known] or ops
+        nodes = [n for n in proto.graph.node if n.op_type in bad]
+        where = ", ".join(f"'{n.name or n.output[0]}'" for n in nodes[:3])
+        raise ModelLoadError(f"{label}: operator {', '.join(bad)} (node {where}) is not supported by TVM's ONNX "
+                             f"importer") from None
+    except Exception as e:  # the frontend raises many types; keep one line
+        msg = str(e).strip().splitlines()
+        raise ModelLoadError(f"{label}: TVM could not import the model: {msg[-1] if msg else type(e).__name__}"
+                             ) from None
+    mod = relax.transform.FoldConstant()(mod)
+    log.info("imported %s: %d Relax functions", label, len(mod.functions))
+    return mod

@@ -1,0 +1,191 @@
+"""Lift a Relax dataflow block into a TensorGraph.
+
+Every binding whose operator the registry knows becomes a node; anything else (an unknown operator, a call on
+symbolic shapes, a tuple the registry cannot see through) becomes an *opaque* node that keeps the original
+expression, so lowering can put it back unchanged: nothing is ever dropped.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tvm import relax
+from tvm.ir import GenericConst
+
+from ..graph import GraphError, NodeStore, TensorGraph, TensorType
+from ..graph.ops import RELAX_TO_OP
+from ..graph.ops.relax_util import tensor_type
+
+log = logging.getLogger(__name__)
+
+OPAQUE_TYPE = TensorType((), "opaque")  # the type of an opaque value that is not a tensor (a tuple, a shape...)
+
+
+@dataclass
+class LiftedBlock:
+    """A dataflow block as a TensorGraph, with what lowering needs to put it back in its function."""
+
+    graph: TensorGraph
+    inputs: dict[str, relax.Var]  # input node name -> the Relax var defined outside the block
+    output_vars: list[relax.Var]  # block outputs (visible outside), aligned with graph.outputs
+    opaque_vars: dict[str, dict[Any, relax.Var]] = field(default_factory=dict)  # opaque key -> {input pos: var}
+
+    @property
+    def num_opaque(self) -> int:
+        return sum(1 for n in self.graph.topo_order() if n.op == "opaque")
+
+
+def _static_type(ty: Any) -> Optional[TensorType]:
+    t = tensor_type(ty)
+    return t if t is not None and t.is_static else None
+
+
+class _Lifter:
+    def __init__(self, block: relax.DataflowBlock, store: Optional[NodeStore] = None):
+        self.block = block
+        self.store = store or NodeStore()
+        self.env: dict[Any, Any] = {}  # relax var -> TensorRef, or ("tuple", node) for a lifted tuple-valued call
+        self.inputs: dict[str, relax.Var] = {}
+        self.input_names: dict[Any, str] = {}
+        self.consts: dict[Any, tuple] = {}
+        self.opaque_inputs: dict[str, dict[Any, relax.Var]] = {}
+        self.tuple_uses: dict[Any, set] = {}  # var -> indices read by TupleGetItem; None entry = other use
+        self._scan_uses()
+
+    def _scan_uses(self) -> None:
+        uses: dict[Any, set] = {}
+        for b in self.block.bindings:
+            v = b.value
+            if isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var):
+                uses.setdefault(v.tuple_value, set()).add(int(v.index))
+                continue
+            for fv in relax.analysis.free_vars(v) if not isinstance(v, relax.Var) else [v]:
+                uses.setdefault(fv, set()).add(None)
+        for b in self.block.bindings:
+            if not isinstance(b.var, relax.DataflowVar):
+                uses.setdefault(b.var, set()).add(None)  # block output: used as a whole
+        self.tuple_uses = uses
+
+    # ------------------------------------------------------------------ operands
+    def _input(self, var: relax.Var) -> tuple:
+        if var in self.input_names:
+            name = self.input_names[var]
+        else:
+            base = name = var.name
+            k = 1
+            while name in self.inputs:
+                k += 1
+                name = f"{base}_{k}"
+            self.inputs[name] = var
+            self.input_names[var] = name
+        ty = tensor_type(var.ty) or OPAQUE_TYPE
+        return self.store.input(name, ty)
+
+    def _operand(self, expr: Any) -> Optional[tuple]:
+        """TensorRef for a call argument, or None if it is not a tensor the graph can carry."""
+        if isinstance(expr, relax.Var):
+            ref = self.env.get(expr)
+            if ref is None:
+                if isinstance(expr, relax.DataflowVar):
+                    return None
+                return self._input(expr)
+            return ref if isinstance(ref, tuple) and ref and ref[0] != "tuple" else None
+        if isinstance(expr, GenericConst):
+            if expr in self.consts:
+                return self.consts[expr]
+            ty = tensor_type(expr.ty)
+            if ty is None:
+                return None
+            ref = self.store.weight(expr, ty)
+            self.consts[expr] = ref
+            return ref
+        return None
+
+    # ------------------------------------------------------------------ bindings
+    def _lift_call(self, var: relax.Var, call: relax.Call) -> bool:
+        op = getattr(call.op, "name", None)
+        opdef = RELAX_TO_OP.get(op) if isinstance(op, str) else None
+        if opdef is None or opdef.lift is None:
+            return False
+        lifted = opdef.lift(call)
+        if lifted is None:
+            return False
+        args, attrs = lifted
+        refs = [self._operand(a) for a in args]
+        if any(r is None for r in refs):
+            return False
+        if any(not self.store.type(r).is_static or self.store.type(r).dtype == "opaque" for r in refs):
+            return False
+        try:
+            node = self.store.make(opdef.name, refs, attrs)
+        except GraphError as e:
+            log.debug("binding %s (%s) kept opaque: %s", var.name, op, e)
+            return False
+        uses = self.tuple_uses.get(var, set())
+        if isinstance(var.ty, relax.TupleType):
+            if None in uses or any(i >= len(node.types) for i in uses):
+                return False
+            self.env[var] = ("tuple", node)
+            return True
+        want = _static_type(var.ty)
+        if len(node.types) != 1 or want != node.types[0]:
+            log.debug("binding %s: inferred %s, Relax says %s; kept opaque", var.name, node.types, var.ty)
+            return False
+        self.env[var] = node.outputs[0]
+        return True
+
+    def _lift_opaque(self, var: relax.Var, value: Any) -> None:
+        free = [] if isinstance(value, GenericConst) else list(relax.analysis.free_vars(value))
+        refs, vmap = [], {}
+        for fv in free:
+            ref = self.env.get(fv)
+            if ref is None:
+                ref = self._input(fv)
+            elif ref[0] == "tuple":  # a lifted tuple used as a whole after all: cannot happen (scan), guard
+                raise GraphError(f"tuple {fv.name} used as a value")
+            vmap[len(refs)] = fv
+            refs.append(ref)
+        key = self.store.fresh_key("opaque")
+        ty = tensor_type(var.ty) or OPAQUE_TYPE
+        node = self.store.opaque(value, refs, [ty], key)
+        self.opaque_inputs[key] = vmap
+        self.env[var] = node.outputs[0]
+
+    def run(self) -> LiftedBlock:
+        outputs, output_vars = [], []
+        for b in self.block.bindings:
+            var, value = b.var, b.value
+            if not isinstance(b, relax.VarBinding):  # MatchCast: keep it as it is
+                self._lift_opaque(var, b)
+            elif isinstance(value, relax.Call) and self._lift_call(var, value):
+                pass
+            elif isinstance(value, relax.TupleGetItem) and isinstance(self.env.get(value.tuple_value), tuple) \
+                    and self.env[value.tuple_value][0] == "tuple":
+                node = self.env[value.tuple_value][1]
+                self.env[var] = (node.id, int(value.index))
+            elif isinstance(value, relax.Var) and isinstance(self.env.get(value), tuple) \
+                    and self.env[value][0] != "tuple":
+                self.env[var] = self.env[value]  # alias
+            elif isinstance(value, GenericConst) and tensor_type(value.ty) is not None:
+                self.env[var] = self._operand(value)
+            else:
+                self._lift_opaque(var, value)
+            if not isinstance(var, relax.DataflowVar):
+                outputs.append(self.env[var])
+                output_vars.append(var)
+        graph = TensorGraph(self.store, outputs)
+        return LiftedBlock(graph, self.inputs, output_vars, self.opaque_inputs)
+
+
+def lift_block(block: relax.DataflowBlock, store: Optional[NodeStore] = None) -> LiftedBlock:
+    """Lift one dataflow block. Vars defined outside the block become graph inputs."""
+    return _Lifter(block, store).run()
+
+
+def lift_function(func: relax.Function) -> list[LiftedBlock]:
+    """Lift every dataflow block of a function's body (blocks that are not dataflow blocks are not lifted)."""
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return []
+    return [lift_block(b) for b in body.blocks if isinstance(b, relax.DataflowBlock)]

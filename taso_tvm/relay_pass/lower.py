@@ -1,0 +1,145 @@
+"""Lower a TensorGraph back into Relax bindings with a BlockBuilder."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+from tvm import relax
+from tvm.ir import GenericConst
+
+from ..graph import TensorGraph, weight_array
+
+log = logging.getLogger(__name__)
+
+
+def substitute(expr: Any, vmap: Mapping[Any, Any]) -> Any:
+    """Replace free vars in a normalised (ANF) binding value: calls, tuples and tuple reads over leaves."""
+    if isinstance(expr, relax.Var):
+        return vmap.get(expr, expr)
+    if isinstance(expr, relax.Call):
+        args = [substitute(a, vmap) for a in expr.args]
+        if all(a.same_as(b) for a, b in zip(args, expr.args)):
+            return expr
+        return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+    if isinstance(expr, relax.Tuple):
+        fields = [substitute(f, vmap) for f in expr.fields]
+        return expr if all(a.same_as(b) for a, b in zip(fields, expr.fields)) else relax.Tuple(fields)
+    if isinstance(expr, relax.TupleGetItem):
+        t = substitute(expr.tuple_value, vmap)
+        return expr if t.same_as(expr.tuple_value) else relax.TupleGetItem(t, expr.index)
+    if isinstance(expr, relax.MatchCast):
+        return relax.MatchCast(expr.var, substitute(expr.value, vmap), expr.ty)
+    free = relax.analysis.free_vars(expr) if isinstance(expr, relax.Expr) else []
+    if any(v in vmap for v in free):
+        raise NotImplementedError(f"cannot substitute inside a {type(expr).__name__}")
+    return expr
+
+
+def _const(node) -> Any:
+    v = node.value
+    if isinstance(v, GenericConst):
+        return v
+    arr = weight_array(node)
+    return relax.const(arr, str(arr.dtype))
+
+
+def lower_graph(graph: TensorGraph, bb: relax.BlockBuilder, inputs: Mapping[str, Any],
+                outputs_as: Optional[Sequence[bool]] = None,
+                opaque_vars: Optional[Mapping[str, Mapping[int, Any]]] = None,
+                fold_weights: bool = True) -> list[Any]:
+    """Emit the graph's nodes in topological order into `bb` (inside a dataflow block).
+
+    `inputs` maps input names to Relax expressions. `outputs_as[i]` says whether graph output i is emitted with
+    `emit_output` (a block output). Weight-only subgraphs are evaluated with NumPy and emitted as constants when
+    `fold_weights` is set. Returns one Relax var (or expression) per graph output.
+    """
+    outputs_as = list(outputs_as) if outputs_as is not None else [False] * len(graph.outputs)
+    out_positions: dict[tuple, list[int]] = {}
+    for i, ref in enumerate(graph.outputs):
+        out_positions.setdefault(ref, []).append(i)
+    values: dict[int, list] = {}
+    arrays: dict[int, list] = {}  # folded weight values
+    weight_only: dict[int, bool] = {}
+    result: list[Any] = [None] * len(graph.outputs)
+    opaque_vars = opaque_vars or {}
+
+    def emit(ref: tuple, expr: Any) -> Any:
+        pos = out_positions.get(ref)
+        if pos and any(outputs_as[p] for p in pos) and result[pos[0]] is None:
+            var = bb.emit_output(expr)
+        elif isinstance(expr, (relax.Var, GenericConst)):
+            var = expr
+        else:
+            var = bb.emit(expr)
+        for p in pos or []:
+            if result[p] is None:
+                result[p] = var
+        return var
+
+    for node in graph.topo_order():
+        refs = node.outputs
+        if node.op == "input":
+            values[node.id] = [inputs[node.attrs["name"]]]
+            weight_only[node.id] = False
+        elif node.op == "weight":
+            values[node.id] = [_const(node)]
+            weight_only[node.id] = True
+        elif node.op == "opaque":
+            vmap = {var: values[node.inputs[pos][0]][node.inputs[pos][1]]
+                    for pos, var in opaque_vars.get(node.attrs["key"], {}).items()}
+            if isinstance(node.value, relax.MatchCast):
+                mc = node.value
+                values[node.id] = [bb.match_cast(substitute(mc.value, vmap), mc.ty)]
+            else:
+                values[node.id] = [emit(refs[0], substitute(node.value, vmap))]
+            weight_only[node.id] = False
+            continue
+        else:
+            wo = fold_weights and all(weight_only[i] for i, _ in node.inputs)
+            weight_only[node.id] = wo
+            if wo:
+                args = [arrays[i][j] if i in arrays else weight_array(graph.node(i)) for i, j in node.inputs]
+                outs = node.opdef.numpy(args, node.attrs)
+                arrays[node.id] = [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
+                values[node.id] = [relax.const(a, str(a.dtype)) for a in arrays[node.id]]
+            else:
+                args = [values[i][j] for i, j in node.inputs]
+                in_types = [graph.type(r) for r in node.inputs]
+                out = node.opdef.lower(bb, args, node.attrs, in_types)
+                vals = list(out) if isinstance(out, (list, tuple)) else [out]
+                values[node.id] = [emit(ref, v) for ref, v in zip(refs, vals)]
+                continue
+        for ref in refs:  # sources and folded constants: bound only where they are block outputs
+            if ref in out_positions:
+                emit(ref, values[node.id][ref[1]])
+    for i, ref in enumerate(graph.outputs):
+        if result[i] is None:
+            result[i] = values[ref[0]][ref[1]]
+        if outputs_as[i] and not _is_block_output(result[i]):
+            result[i] = bb.emit_output(result[i])
+    return result
+
+
+def _is_block_output(v: Any) -> bool:
+    return isinstance(v, relax.Var) and not isinstance(v, relax.DataflowVar)
+
+
+def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None,
+                      transform: Optional[Callable] = None) -> relax.Function:
+    """A standalone Relax function for a graph: its inputs become parameters (in `params` order if given)."""
+    from ..graph.ops.relax_util import tensor_type  # noqa: F401  (keeps the import graph explicit)
+
+    in_nodes = {n.attrs["name"]: n for n in graph.inputs()}
+    order = list(params) if params is not None else sorted(in_nodes)
+    pvars = []
+    for p in order:
+        ty = in_nodes[p].types[0]
+        pvars.append(relax.Var(p, relax.TensorType(list(ty.shape), ty.dtype)))
+    bb = relax.BlockBuilder()
+    with bb.function(name, pvars):
+        with bb.dataflow():
+            outs = lower_graph(graph, bb, dict(zip(order, pvars)), outputs_as=[True] * len(graph.outputs))
+        ret = outs[0] if len(outs) == 1 else relax.Tuple(outs)
+        bb.emit_func_output(ret)
+    return bb.get()[name]
