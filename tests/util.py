@@ -25,7 +25,7 @@ def tvm_run(mod, feeds: Sequence[np.ndarray] | Mapping[str, np.ndarray], func: s
     ex = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
     args = list(feeds.values()) if isinstance(feeds, Mapping) else list(feeds)
-    out = vm[func](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in args])
+    out = vm[func](*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in args])
     return flatten(out)
 
 
