@@ -7,10 +7,10 @@
     mod = g.to_relax()                       # a Relax IRModule
     mod = taso.load_onnx("model.onnx")       # ONNX -> Relax
 """
-from .api import Graph, Tensor, new_graph
+from .api import Graph, Tensor, export_onnx, new_graph, optimize
 from .graph import GraphError, TensorGraph, TensorType
 from .onnx_io import ModelLoadError, load_onnx
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "Tensor", "new_graph", "GraphError", "TensorGraph", "TensorType", "ModelLoadError", "load_onnx"]
+__all__ = ["Graph", "Tensor", "new_graph", "optimize", "export_onnx", "GraphError", "TensorGraph", "TensorType", "ModelLoadError", "load_onnx"]

@@ -226,3 +226,71 @@ class Graph:
 def new_graph(seed: int = 0) -> Graph:
     """A new, empty builder graph (TASO's `taso.new_graph()`)."""
     return Graph(seed)
+
+
+def _graph_from(graph: TensorGraph, like: Graph) -> Graph:
+    out = Graph()
+    out.store = graph.store
+    out._outputs = list(graph.outputs)
+    out._num_inputs = like._num_inputs
+    return out
+
+
+def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: float = 1.05, budget: int = 64,
+             time_limit: Optional[float] = None, target: Any = None, region_size: int = 48) -> Any:
+    """Optimize an IRModule, an ONNX model (ModelProto) or a builder graph; returns the same kind.
+
+    rules: RuleSet / rule file(s) / None (the shipped, verified library). cost: a cost model, a backend name
+    ("analytic", "tvm", "ort"), a config file, or None (the configured default for `target`).
+    """
+    import onnx
+    import tvm
+
+    from .relay_pass.taso_pass import TasoOptimize
+
+    settings = dict(rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                    region_size=region_size, target=target)
+    if isinstance(obj, tvm.IRModule):
+        return TasoOptimize(**settings)(obj)
+    if isinstance(obj, onnx.ModelProto):
+        from .onnx_io import load_onnx
+
+        mod = TasoOptimize(**settings)(load_onnx(obj))
+        return export_onnx(mod, like=obj)
+    if isinstance(obj, Graph):
+        from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
+        from .search import SearchConfig, optimize_graph
+
+        cfg = SearchConfig(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size)
+        tgt = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
+        best, _ = optimize_graph(obj.to_tensor_graph(), _resolve_rules(rules), _resolve_cost(cost, tgt), cfg)
+        return _graph_from(best, obj)
+    raise TypeError(f"optimize() takes a tvm.IRModule, an onnx.ModelProto or a taso_tvm graph, not "
+                    f"{type(obj).__name__}")
+
+
+def export_onnx(obj: Any, opset: Optional[int] = None, like: Any = None) -> Any:
+    """An ONNX ModelProto for an IRModule, a TensorGraph or a builder graph.
+
+    `like`: the ONNX model this one was imported from, whose input and output names are kept.
+    """
+    import tvm
+
+    from .onnx_io.export import export_relax
+    from .relay_pass.lower import lower_to_function
+
+    if isinstance(obj, Graph):
+        mod = obj.to_relax()
+    elif isinstance(obj, TensorGraph):
+        order = [n.attrs["name"] for n in sorted(obj.inputs(), key=lambda n: n.id)]
+        mod = tvm.IRModule({"main": lower_to_function(obj, params=order).with_attr("global_symbol", "main")})
+    elif isinstance(obj, tvm.IRModule):
+        mod = obj
+    else:
+        raise TypeError(f"export_onnx() takes a tvm.IRModule or a taso_tvm graph, not {type(obj).__name__}")
+    names: dict = {}
+    if like is not None:
+        inits = {i.name for i in like.graph.initializer}
+        names["input_names"] = [i.name for i in like.graph.input if i.name not in inits]
+        names["output_names"] = [o.name for o in like.graph.output]
+    return export_relax(mod, opset=opset, **names)

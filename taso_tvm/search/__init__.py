@@ -1,0 +1,72 @@
+"""Cost-based backtracking search over verified rules (TASO), region by region for large graphs."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..graph import TensorGraph
+from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
+from .regions import search_by_regions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SearchConfig:
+    """Search settings. `budget` is the number of graphs expanded per region; `time_limit` (s) is for the whole
+    search; `region_size` is the operator count above which a graph is searched region by region."""
+
+    alpha: float = 1.05
+    budget: int = 64
+    time_limit: Optional[float] = None
+    region_size: int = 48
+    max_ops_ratio: float = 1.5
+
+    def validate(self) -> "SearchConfig":
+        if not (isinstance(self.alpha, (int, float)) and 1.0 <= self.alpha <= 3.0):
+            raise ValueError(f"alpha must be a number in [1, 3], got {self.alpha!r}")
+        if not (isinstance(self.budget, int) and self.budget >= 0):
+            raise ValueError(f"budget must be a non-negative integer, got {self.budget!r}")
+        if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
+            raise ValueError(f"time limit must be a positive number of seconds, got {self.time_limit!r}")
+        if not (isinstance(self.region_size, int) and self.region_size >= 4):
+            raise ValueError(f"region size must be an integer >= 4, got {self.region_size!r}")
+        return self
+
+
+def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None
+                   ) -> tuple[TensorGraph, SearchStats]:
+    """Search for a cheaper equivalent of `graph`. Returns the best graph and aggregate statistics."""
+    cfg = (config or SearchConfig()).validate()
+    t0 = time.monotonic()
+    deadline = None if cfg.time_limit is None else t0 + cfg.time_limit
+    start_cost = cost(graph)
+    total = SearchStats(start_cost, start_cost, graph.num_ops, graph.num_ops)
+
+    def search_one(g: TensorGraph):
+        return backtracking_search(g, rules, cost, alpha=cfg.alpha, budget=cfg.budget, deadline=deadline,
+                                   max_ops=int(g.num_ops * cfg.max_ops_ratio) + 4)
+
+    def out_of_time() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
+    best, per_region = search_by_regions(graph, search_one, cfg.region_size, out_of_time)
+    for s in per_region:
+        total.merge(s)
+    if out_of_time() and total.stopped_by != "interrupt":
+        total.stopped_by = "time"
+    best_cost = cost(best)
+    if best_cost > start_cost:  # regions are costed alone; never hand back a graph the model says is worse
+        log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
+        best, best_cost = graph, start_cost
+        total.rules_applied.clear()
+    total.cost_after, total.ops_after = best_cost, best.num_ops
+    total.seconds = time.monotonic() - t0
+    log.info("search: cost %.4g -> %.4g, %d -> %d operators, %d graphs expanded, %.2f s (%s)", start_cost,
+             best_cost, total.ops_before, total.ops_after, total.expanded, total.seconds, total.stopped_by)
+    return best, total
+
+
+__all__ = ["SearchConfig", "SearchStats", "optimize_graph", "backtracking_search", "CostFn", "RuleSource"]

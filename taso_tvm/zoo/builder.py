@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 OPSET = 17
 IR_VERSION = 8  # the IR version that goes with opset 17
@@ -24,6 +24,28 @@ BN_VAR = (0.65, 1.65)
 
 Shape = tuple[int, ...]
 IntOrPair = int | Sequence[int]
+
+
+def set_array(t: onnx.TensorProto, arr: np.ndarray, name: str | None = None) -> onnx.TensorProto:
+    """Store ``arr`` in ``t`` as raw data in place (cheaper than ``numpy_helper.from_array`` + copy)."""
+    for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data",
+                  "external_data", "dims"):
+        t.ClearField(field)
+    t.data_location = onnx.TensorProto.DEFAULT
+    if name is not None:
+        t.name = name
+    t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    t.dims.extend(arr.shape)
+    t.raw_data = np.ascontiguousarray(arr).tobytes()
+    return t
+
+
+def scaled_uniform(rng: np.random.Generator, shape: Sequence[int], std: float) -> np.ndarray:
+    """float32 samples of U(-sqrt(3)*std, sqrt(3)*std), i.e. zero mean and standard deviation ``std``."""
+    out = rng.random(tuple(shape), dtype=np.float32)
+    out -= np.float32(0.5)
+    out *= np.float32(2.0 * math.sqrt(3.0) * std)
+    return out
 
 
 def _pair(v: IntOrPair) -> tuple[int, int]:
@@ -40,8 +62,8 @@ class GraphBuilder:
         self.name = name
         self.opset = opset
         self.rng = np.random.default_rng(seed)
+        self.model = onnx.ModelProto()  # initializers are written straight into its graph
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
         self.shapes: dict[str, Shape] = {}
         self._counts: dict[str, int] = {}
@@ -70,7 +92,7 @@ class GraphBuilder:
         arr = np.asarray(value)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        self.initializers.append(numpy_helper.from_array(arr, name))
+        set_array(self.model.graph.initializer.add(), arr, name)
         self.shapes[name] = tuple(arr.shape)
         return name
 
@@ -83,14 +105,20 @@ class GraphBuilder:
         return self._consts[key]
 
     def normal(self, shape: Sequence[int], std: float) -> np.ndarray:
+        """float32 samples of N(0, std^2) (used for small vectors: biases, BN shifts)."""
         return (self.rng.standard_normal(tuple(shape), dtype=np.float32) * np.float32(std)).astype(np.float32)
 
     def uniform(self, shape: Sequence[int], low: float, high: float) -> np.ndarray:
+        """float32 samples of U(low, high)."""
         return self.rng.uniform(low, high, tuple(shape)).astype(np.float32)
 
+    def init(self, shape: Sequence[int], std: float) -> np.ndarray:
+        """Weight values with zero mean and standard deviation ``std`` (uniform, which is fast to draw)."""
+        return scaled_uniform(self.rng, shape, std)
+
     def weight(self, prefix: str, shape: Sequence[int], std: float) -> str:
-        """A fresh normal(0, std) initializer."""
-        return self.param(self.fresh(prefix), self.normal(shape, std))
+        """A fresh initializer with zero mean and standard deviation ``std``."""
+        return self.param(self.fresh(prefix), self.init(shape, std))
 
     # ------------------------------------------------------------- raw nodes
     def node(self, op: str, inputs: Sequence[str], shape: Sequence[int], prefix: str | None = None, **attrs) -> str:
@@ -173,7 +201,7 @@ class GraphBuilder:
         pads = self._pads((h, w), k, s, d, pad)
         fan_in = (cin // group) * k[0] * k[1]
         name = self.fresh("conv")
-        wname = self.param(f"{name}.weight", self.normal((cout, cin // group, *k), math.sqrt(gain / fan_in)))
+        wname = self.param(f"{name}.weight", self.init((cout, cin // group, *k), math.sqrt(gain / fan_in)))
         inputs = [x, wname]
         if bias:
             inputs.append(self.param(f"{name}.bias", self.normal((cout,), 0.05)))
@@ -232,10 +260,10 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ dense
     def gemm(self, x: str, nout: int, bias: bool = True, gain: float = 1.0) -> str:
-        """``x @ W^T + b`` as a Gemm with transB=1; W ~ N(0, gain/fan_in)."""
+        """``x @ W^T + b`` as a Gemm with transB=1; W has variance ``gain / fan_in``."""
         m, k = self.shape(x)
         name = self.fresh("gemm")
-        inputs = [x, self.param(f"{name}.weight", self.normal((nout, k), math.sqrt(gain / k)))]
+        inputs = [x, self.param(f"{name}.weight", self.init((nout, k), math.sqrt(gain / k)))]
         if bias:
             inputs.append(self.param(f"{name}.bias", self.normal((nout,), 0.05)))
         self.nodes.append(helper.make_node("Gemm", inputs, [name], name=name, transB=1))
@@ -288,8 +316,14 @@ class GraphBuilder:
                     if t == output:
                         seq[i] = output_name
         out_info = helper.make_tensor_value_info(output_name, TensorProto.FLOAT, list(self.shape(output)))
-        graph = helper.make_graph(self.nodes, self.name, self.inputs, [out_info], initializer=self.initializers,
-                                  doc_string=doc)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
-                                  producer_name="taso_tvm.zoo", ir_version=IR_VERSION)
+        model, self.model = self.model, onnx.ModelProto()
+        graph = model.graph
+        graph.name = self.name
+        graph.doc_string = doc
+        graph.node.extend(self.nodes)
+        graph.input.extend(self.inputs)
+        graph.output.append(out_info)
+        model.ir_version = IR_VERSION
+        model.producer_name = "taso_tvm.zoo"
+        model.opset_import.append(helper.make_opsetid("", self.opset))
         return model
