@@ -10,8 +10,7 @@ from typing import Callable, Optional, Sequence
 log = logging.getLogger("taso_tvm")
 
 
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
+from .cli_model import CheckFailed, CLIError, add_model_commands
 
 
 def _load_model(path: str, input_shapes: Optional[str]):
@@ -79,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("model")
     g.add_argument("--input-shapes", help='fix input shapes: "name:[1,3,224,224],mask:[1,128]"')
     g.set_defaults(func=cmd_graph)
+    add_model_commands(sub)
     return p
 
 
@@ -96,6 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (CLIError, ModelLoadError, GraphError) as e:
         print(f"taso-tvm: error: {e}", file=sys.stderr)
         return 2
+    except CheckFailed as e:
+        print(f"taso-tvm: check failed: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("taso-tvm: interrupted", file=sys.stderr)
         return 130

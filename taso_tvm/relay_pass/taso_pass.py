@@ -17,6 +17,7 @@ from ..graph import TensorGraph
 from ..search import SearchConfig, SearchStats, optimize_graph
 from .lift import LiftedBlock
 from .rewrite import rewrite_module
+from .settings import resolve_settings
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +55,36 @@ def _resolve_rules(rules: Any):
     return rules
 
 
+def _target_spec(target: Optional[tvm.target.Target]) -> Optional[str]:
+    if target is None:
+        return None
+    return "cuda" if target.kind.name == "cuda" else "llvm"
+
+
 def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]):
-    """A callable graph -> cost: a cost model object, a backend name, or a config file path."""
-    if callable(cost) and not isinstance(cost, str):
-        return cost
+    """A callable graph -> cost from: a cost model (with `graph_cost`), a callable, a backend name ("analytic",
+    "tvm", "ort"), a cost config file, or None (the default config, measuring on `target`)."""
     if hasattr(cost, "graph_cost"):
         return cost.graph_cost
-    from ..cost import make_cost_model
+    if callable(cost):
+        return cost
+    from ..cost import CostModel, load_cost_config
+    from ..cost.config import BACKENDS
 
-    model = make_cost_model(cost, target=target)
-    return model.graph_cost
+    overrides = {}
+    spec = _target_spec(target)
+    if spec is not None:
+        overrides["target"] = spec
+    if cost is None:
+        cfg = load_cost_config(**overrides)
+    elif isinstance(cost, str) and cost in BACKENDS:
+        cfg = load_cost_config(backend=cost, **overrides)
+    else:
+        cfg = load_cost_config(cost, **overrides)
+    return CostModel(cfg).graph_cost
 
 
+@tvm.transform.module_pass(opt_level=0, name="TasoOptimize")
 class TasoOptimize:
     """A module pass that lifts each dataflow block, searches for a cheaper equivalent under a cost model with
     verified rules, lowers the result with weight-only subgraphs folded, and removes dead code.
@@ -73,25 +92,20 @@ class TasoOptimize:
     rules: a RuleSet, rule file path(s), or None for the shipped library.
     cost: a cost model (object with `graph_cost`), a callable graph -> float, a backend name
           ("analytic", "tvm", "ort"), a config file path, or None for the configured default.
+    config: a settings file (search, cost, rules sections); $TASO_TVM_CONFIG names one for every pass.
     """
 
-    def __init__(self, rules: Any = None, cost: Any = None, alpha: float = 1.05, budget: int = 64,
-                 time_limit: Optional[float] = None, region_size: int = 48, target: Union[str, dict, Any] = None):
-        self.config = SearchConfig(alpha=alpha, budget=budget, time_limit=time_limit,
-                                   region_size=region_size).validate()
-        self._rules_arg, self._cost_arg, self._target = rules, cost, target
+    def __init__(self, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
+                 budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
+                 target: Union[str, dict, Any] = None, config: Optional[str] = None):
+        s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                             region_size=region_size)
+        self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
+                                   region_size=s["region_size"]).validate()
+        self._rules_arg, self._cost_arg, self._target = s["rules"], s["cost"], target
         self._rules = None
         self._cost = None
         self.report = PassReport()
-        self._pass = tvm.transform.module_pass(self._transform, opt_level=0, name="TasoOptimize")
-
-    # a tvm.transform.Pass is what Sequential and tvm.compile take
-    def __call__(self, mod: tvm.IRModule) -> tvm.IRModule:
-        return self._pass(mod)
-
-    @property
-    def pass_(self) -> tvm.transform.Pass:
-        return self._pass
 
     def _target_now(self) -> Optional[tvm.target.Target]:
         if self._target is not None:
@@ -107,7 +121,7 @@ class TasoOptimize:
         self.report.blocks.append(stats)
         return best
 
-    def _transform(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
+    def transform_module(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
         if self._rules is None:
             self._rules = _resolve_rules(self._rules_arg)
         if self._cost is None:

@@ -1,0 +1,338 @@
+"""The model commands of `taso-tvm`: optimize, convert, compile, run (with the safety net that checks outputs)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+log = logging.getLogger("taso_tvm")
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+class CheckFailed(Exception):
+    """The optimized model differs from the original: printed as one line, exit status 1."""
+
+
+# ----------------------------------------------------------------------------------------- settings
+def search_settings(args: argparse.Namespace) -> dict:
+    """TasoOptimize keyword arguments from --config and the search flags (flags win)."""
+    from .relay_pass.settings import SettingsError, resolve_settings
+    from .search import SearchConfig
+
+    try:
+        s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
+                             budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
+                             cost=getattr(args, "cost_backend", None))
+        SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}).validate()
+    except (SettingsError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    s["target"] = parse_target(args.target) if getattr(args, "target", None) else None
+    return s
+
+
+def parse_target(text: Optional[str]) -> Any:
+    import tvm
+
+    if text is None or text == "llvm":
+        return tvm.target.Target({"kind": "llvm"})
+    if text == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+    if text.lstrip().startswith("{"):
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise CLIError(f"--target JSON is invalid: {e.msg} at column {e.colno}") from None
+        try:
+            host = spec.pop("host", None)
+            return tvm.target.Target(spec, host=host) if host else tvm.target.Target(spec)
+        except Exception as e:  # TVM raises several types for bad target dicts
+            raise CLIError(f"unknown target {text}: {str(e).splitlines()[-1]}") from None
+    raise CLIError(f"unknown target '{text}': use llvm, cuda or a JSON target dict")
+
+
+# ----------------------------------------------------------------------------------------- checking
+def random_feeds(model: Any, shapes: Optional[dict] = None, seed: int = 0) -> dict:
+    """Standard-normal float inputs (ints in [0, 8)) for each graph input of an ONNX model."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = list((shapes or {}).get(vi.name) or [d.dim_value if d.HasField("dim_value") else 1
+                                                    for d in tt.shape.dim])
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
+        else:
+            feeds[vi.name] = rng.integers(0, 8, dims).astype(dtype)
+    return feeds
+
+
+def ort_outputs(model: Any, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float, atol: float) -> None:
+    """Raise CheckFailed naming the first output that differs beyond tolerance."""
+    for name, a, b in zip(names, got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            raise CheckFailed(f"output '{name}' changed shape: {b.shape} -> {a.shape}")
+        scale = max(1.0, float(np.abs(b).max())) if b.size else 1.0
+        err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        bound = atol * scale + rtol * np.abs(b.astype(np.float64))
+        if err.size and (err > bound).any():
+            raise CheckFailed(f"output '{name}' differs from the original by up to {err.max():.3g} "
+                              f"(tolerance rtol={rtol:g}, atol={atol:g} x {scale:.3g}); not written "
+                              f"(use --no-check to skip this check)")
+
+
+# ----------------------------------------------------------------------------------------- commands
+def _optimize_module(mod: Any, settings: dict) -> tuple[Any, Any]:
+    from .relay_pass.taso_pass import TasoOptimize
+
+    p = TasoOptimize(**settings)
+    return p(mod), p.report
+
+
+def _summary(report: Any, mod_before: Any, mod_after: Any, out: str, seconds: float) -> str:
+    tot = report.total
+    lines = ["", f"{'':24s}{'before':>14s}{'after':>14s}"]
+    if tot is None:
+        lines.append("no dataflow block to optimize")
+    else:
+        lines.append(f"{'operators':24s}{tot.ops_before:14d}{tot.ops_after:14d}")
+        lines.append(f"{'predicted cost':24s}{tot.cost_before:14.4g}{tot.cost_after:14.4g}")
+        applied = Counter()
+        for s in report.blocks:
+            applied.update(s.rules_applied)
+        lines.append(f"{'rules applied':24s}" + (", ".join(f"{k} x{v}" for k, v in applied.most_common())
+                                                 or "none"))
+        lines.append(f"{'search':24s}{tot.expanded} graphs expanded, {tot.seconds:.2f} s, stopped: "
+                     f"{tot.stopped_by}")
+        if tot.stopped_by == "time":
+            lines.append("time limit reached: the best graph found so far was used")
+    lines.append(f"{'total time':24s}{seconds:.2f} s")
+    lines.append(f"written to {out}")
+    return "\n".join(lines)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    import onnx
+
+    from .api import export_onnx
+    from .onnx_io import load_onnx, parse_shapes, read_onnx
+
+    t0 = time.monotonic()
+    settings = search_settings(args)
+    shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
+    proto, _ = read_onnx(args.model)
+    mod = load_onnx(proto, shapes=shapes)
+    if args.no_search:
+        new_mod, report = mod, None
+    else:
+        new_mod, report = _optimize_module(mod, settings)
+    out_model = export_onnx(new_mod, like=proto)
+    if not args.no_check:
+        feeds = random_feeds(proto, shapes)
+        compare([o.name for o in proto.graph.output], ort_outputs(out_model, feeds), ort_outputs(proto, feeds),
+                args.rtol, args.atol)
+    onnx.save(out_model, args.output)
+    if report is not None:
+        print(_summary(report, mod, new_mod, args.output, time.monotonic() - t0))
+        if args.report:
+            _write_report(args.report, report, args)
+    else:
+        print(f"written to {args.output} ({len(out_model.graph.node)} nodes)")
+    return 0
+
+
+def _write_report(path: str, report: Any, args: argparse.Namespace) -> None:
+    tot = report.total
+    data = {"model": args.model, "output": args.output}
+    if tot is not None:
+        applied = Counter()
+        for s in report.blocks:
+            applied.update(s.rules_applied)
+        data.update(operators_before=tot.ops_before, operators_after=tot.ops_after, cost_before=tot.cost_before,
+                    cost_after=tot.cost_after, rules_applied=dict(applied), graphs_expanded=tot.expanded,
+                    search_seconds=tot.seconds, stopped_by=tot.stopped_by)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import tvm
+
+    from .onnx_io import load_onnx, parse_shapes, read_onnx
+
+    t0 = time.monotonic()
+    target = parse_target(args.target)
+    shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
+    proto, _ = read_onnx(args.model)
+    mod = load_onnx(proto, shapes=shapes)
+    report = None
+    if not args.no_optimize:
+        settings = search_settings(args)
+        settings["target"] = target
+        new_mod, report = _optimize_module(mod, settings)
+    else:
+        new_mod = mod
+    from tvm import relax
+
+    pipeline = relax.get_default_pipeline(target)
+    ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
+    if not args.no_check and target.kind.name == "llvm" and report is not None:
+        feeds = random_feeds(proto, shapes)
+        ref = tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
+        compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(ref, feeds), args.rtol,
+                args.atol)
+    ex.export_library(args.output)
+    write_signature(args.output, proto, shapes)
+    if report is not None:
+        print(_summary(report, mod, new_mod, args.output, time.monotonic() - t0))
+    else:
+        print(f"written to {args.output}")
+    return 0
+
+
+def vm_outputs(ex: Any, feeds: dict, device: Any = None) -> list:
+    import tvm
+    from tvm import relax
+
+    dev = device or tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    out = vm["main"](*[tvm.runtime.tensor(v, dev) for v in feeds.values()])
+    return _flatten(out)
+
+
+def _flatten(out: Any) -> list:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    res: list = []
+    for o in out:
+        res.extend(_flatten(o))
+    return res
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import tvm
+    from tvm import relax
+
+    if not os.path.exists(args.module):
+        raise CLIError(f"cannot read '{args.module}': no such file")
+    try:
+        lib = tvm.runtime.load_module(args.module)
+    except Exception as e:
+        raise CLIError(f"'{args.module}' is not a TVM module: {str(e).splitlines()[-1]}") from None
+    dev = tvm.cuda() if args.device == "cuda" else tvm.cpu()
+    vm = relax.VirtualMachine(lib, dev)
+    func = vm["main"]
+    if args.inputs:
+        try:
+            data = np.load(args.inputs)
+        except (OSError, ValueError) as e:
+            raise CLIError(f"cannot read inputs '{args.inputs}': {e}") from None
+        feeds = [data[k] for k in data.files]
+    else:
+        feeds = _random_vm_inputs(args.module)
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(v), dev) for v in feeds]
+    outs = _flatten(func(*tensors))
+    for i, o in enumerate(outs):
+        print(f"output {i}: shape {tuple(o.shape)} dtype {o.dtype} mean {float(np.mean(o)):.6g} "
+              f"std {float(np.std(o)):.6g}")
+    if args.outputs:
+        np.savez(args.outputs, *outs)
+    if args.print_time:
+        timer = vm.time_evaluator("main", dev, number=1, repeat=max(1, args.repeat))
+        res = timer(*tensors)
+        print(f"latency: median {res.median * 1e3:.3f} ms, mean {res.mean * 1e3:.3f} ms, std {res.std * 1e3:.3f} ms "
+              f"({max(1, args.repeat)} runs)")
+    return 0
+
+
+def signature_path(module_path: str) -> str:
+    return module_path + ".inputs.json"
+
+
+def write_signature(module_path: str, proto: Any, shapes: Optional[dict]) -> None:
+    """Save the inputs' names, shapes and dtypes beside the library, so `run` can make inputs itself."""
+    feeds = random_feeds(proto, shapes)
+    sig = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
+    with open(signature_path(module_path), "w") as f:
+        json.dump(sig, f, indent=1)
+
+
+def _random_vm_inputs(module_path: str) -> list:
+    path = signature_path(module_path)
+    if not os.path.exists(path):
+        raise CLIError(f"no input signature beside '{module_path}' ({path}); pass the inputs with --inputs in.npz")
+    with open(path) as f:
+        sig = json.load(f)
+    rng = np.random.default_rng(0)
+    out = []
+    for s in sig:
+        if np.issubdtype(np.dtype(s["dtype"]), np.floating):
+            out.append(rng.standard_normal(s["shape"]).astype(s["dtype"]))
+        else:
+            out.append(rng.integers(0, 8, s["shape"]).astype(s["dtype"]))
+    return out
+
+
+def add_model_commands(sub: Any) -> None:
+    def common(p: argparse.ArgumentParser, search: bool = True) -> None:
+        p.add_argument("--input-shapes", help='fix input shapes: "name:[1,3,224,224],mask:[1,128]"')
+        if search:
+            p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
+            p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best (default 1.05)")
+            p.add_argument("--budget", type=int, help="graphs expanded per region (default 64)")
+            p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
+            p.add_argument("--cost-backend", choices=["analytic", "tvm", "ort"], help="cost model backend")
+            p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")
+            p.add_argument("--rtol", type=float, default=1e-3)
+            p.add_argument("--atol", type=float, default=1e-4)
+
+    o = sub.add_parser("optimize", help="optimize an ONNX model and write ONNX")
+    o.add_argument("model")
+    o.add_argument("-o", "--output", required=True)
+    o.add_argument("--report", help="write a JSON report of the search")
+    o.add_argument("--no-search", action="store_true", help="import and export only (a Relax round trip)")
+    o.add_argument("--target", default=None, help="target the cost model measures on (llvm, cuda or JSON)")
+    common(o)
+    o.set_defaults(func=cmd_optimize)
+
+    c = sub.add_parser("compile", help="optimize and build an ONNX model into a TVM library (.so)")
+    c.add_argument("model")
+    c.add_argument("--target", required=True, help="llvm, cuda or a JSON target dict")
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("--no-optimize", action="store_true", help="build without the TASO search")
+    common(c)
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run a compiled module")
+    r.add_argument("module")
+    r.add_argument("--inputs", help=".npz with the inputs in parameter order")
+    r.add_argument("--outputs", help="write the outputs to this .npz")
+    r.add_argument("--print-time", action="store_true")
+    r.add_argument("--repeat", type=int, default=10)
+    r.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    r.set_defaults(func=cmd_run)
