@@ -1,0 +1,13 @@
+"""Substitution rules: the YAML rule language, the matcher, the Z3 verifier and the shipped library.
+
+>>> from taso_tvm.rules import load_rules
+>>> rules = load_rules()                      # the shipped library, verified (cached)
+>>> for rule, match in rules.matches(graph):
+...     new_graph = rule.apply(graph, match)  # None when not applicable
+"""
+from .language import Rule, RuleError, compile_rule, parse_rules, read_rule_files
+from .matcher import GraphIndex, Match, apply_match, find_matches, graph_index
+from .ruleset import RuleSet, library_files, load_rules
+
+__all__ = ["Rule", "RuleError", "RuleSet", "Match", "GraphIndex", "compile_rule", "parse_rules", "read_rule_files",
+           "find_matches", "apply_match", "graph_index", "load_rules", "library_files"]

@@ -10,7 +10,7 @@ from .base import BROADCAST, ELEMWISE, OpDef, broadcast_shapes, register, same_d
 from ..types import TensorType
 
 
-def _binary(name: str, relax_name: str, fn, relax_fn) -> OpDef:
+def _binary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
     def infer(t, a):
         return [TensorType(broadcast_shapes(t[0].shape, t[1].shape, name), same_dtype(t, name))]
 
@@ -21,10 +21,11 @@ def _binary(name: str, relax_name: str, fn, relax_fn) -> OpDef:
         return relax_fn(args[0], args[1])
 
     return register(OpDef(name, 2, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
-                          lower=lower, pattern=BROADCAST, doc=f"element-wise {name} with NumPy broadcasting"))
+                          lower=lower, pattern=BROADCAST, z3=z3 or np_fn,
+                          doc=f"element-wise {name} with NumPy broadcasting"))
 
 
-def _unary(name: str, relax_name: str, fn, relax_fn) -> OpDef:
+def _unary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
     def infer(t, a):
         return [t[0]]
 
@@ -35,7 +36,7 @@ def _unary(name: str, relax_name: str, fn, relax_fn) -> OpDef:
         return relax_fn(args[0])
 
     return register(OpDef(name, 1, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
-                          lower=lower, pattern=ELEMWISE, doc=f"element-wise {name}"))
+                          lower=lower, pattern=ELEMWISE, z3=z3, doc=f"element-wise {name}"))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -50,19 +51,92 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+# ---------------------------------------------------------------- Z3 semantics (for taso_tvm.rules.verify)
+# Values are NumPy object arrays of z3 Real expressions (plain numbers allowed). ReLU is exact (If); other
+# non-linear functions are uninterpreted Real -> Real functions; a / b is a * recip(b) with recip uninterpreted
+# unless b is a numeral (exact for b != 0; what IEEE gives for b == 0 is outside the real-number model anyway).
+_Z3_FUNCS: dict = {}
+
+
+def z3_fn(name: str):
+    """The uninterpreted function `name`: Real -> Real (one declaration per process)."""
+    import z3
+
+    f = _Z3_FUNCS.get(name)
+    if f is None:
+        f = _Z3_FUNCS[name] = z3.Function(name, z3.RealSort(), z3.RealSort())
+    return f
+
+
+def z3_val(v):
+    """A z3 Real for a number or a z3 expression."""
+    import z3
+
+    if z3.is_expr(v):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return z3.RealVal(int(v))
+    if isinstance(v, (int, np.integer)):
+        return z3.RealVal(int(v))
+    return z3.RealVal(float(v))
+
+
+def z3_map(fn, x: np.ndarray) -> np.ndarray:
+    """Apply fn to every element of an object array."""
+    x = np.asarray(x, dtype=object)
+    out = np.empty(x.shape, dtype=object)
+    for i, v in np.ndenumerate(x):
+        out[i] = fn(v)
+    return out
+
+
+def z3_recip(v):
+    """1 / v: exact for a non-zero numeral, else the uninterpreted `recip`."""
+    import z3
+
+    v = z3_val(v)
+    s = z3.simplify(v) if not z3.is_rational_value(v) else v
+    if z3.is_rational_value(s) and s.as_fraction() != 0:
+        return z3.RealVal(1) / s
+    return z3_fn("recip")(v)
+
+
+def _z3_div(x, a):
+    a_, b_ = np.broadcast_arrays(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object))
+    out = np.empty(a_.shape, dtype=object)
+    for i in np.ndindex(a_.shape):
+        out[i] = z3_val(a_[i]) * z3_recip(b_[i])
+    return [out]
+
+
+def _z3_relu(v):
+    import z3
+
+    v = z3_val(v)
+    return z3.If(v > 0, v, z3.RealVal(0))
+
+
+def _z3_unary(fn):
+    return lambda x, a: [z3_map(fn, x[0])]
+
+
+def _z3_uf(name):
+    return lambda x, a: [z3_map(lambda v: z3_fn(name)(z3_val(v)), x[0])]
+
+
 R = relax.op
 ADD = _binary("add", "relax.add", np.add, R.add)
 SUB = _binary("sub", "relax.subtract", np.subtract, R.subtract)
 MUL = _binary("mul", "relax.multiply", np.multiply, R.multiply)
-DIV = _binary("div", "relax.divide", np.divide, R.divide)
-RELU = _unary("relu", "relax.nn.relu", lambda x: np.maximum(x, 0), R.nn.relu)
-SIGMOID = _unary("sigmoid", "relax.sigmoid", _sigmoid, R.sigmoid)
-TANH = _unary("tanh", "relax.tanh", np.tanh, R.tanh)
-GELU = _unary("gelu", "relax.nn.gelu", _gelu, R.nn.gelu)
-ERF = _unary("erf", "relax.erf", _erf, R.erf)
-EXP = _unary("exp", "relax.exp", np.exp, R.exp)
-SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt)
-NEG = _unary("neg", "relax.negative", np.negative, R.negative)
+DIV = _binary("div", "relax.divide", np.divide, R.divide, z3=_z3_div)
+RELU = _unary("relu", "relax.nn.relu", lambda x: np.maximum(x, 0), R.nn.relu, z3=_z3_unary(_z3_relu))
+SIGMOID = _unary("sigmoid", "relax.sigmoid", _sigmoid, R.sigmoid, z3=_z3_uf("sigmoid"))
+TANH = _unary("tanh", "relax.tanh", np.tanh, R.tanh, z3=_z3_uf("tanh"))
+GELU = _unary("gelu", "relax.nn.gelu", _gelu, R.nn.gelu, z3=_z3_uf("gelu"))
+ERF = _unary("erf", "relax.erf", _erf, R.erf, z3=_z3_uf("erf"))
+EXP = _unary("exp", "relax.exp", np.exp, R.exp, z3=_z3_uf("exp"))
+SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))
+NEG = _unary("neg", "relax.negative", np.negative, R.negative, z3=_z3_unary(lambda v: -z3_val(v)))
 
 ACTIVATIONS = {"none": None, "relu": RELU, "sigmoid": SIGMOID, "tanh": TANH}
 
@@ -71,6 +145,12 @@ def apply_activation(name: str, x):
     """Apply a fused activation (TASO's ActiMode) in NumPy."""
     op = ACTIVATIONS[name]
     return x if op is None else op.numpy([x], {})[0]
+
+
+def z3_activation(name: str, x: np.ndarray) -> np.ndarray:
+    """Apply a fused activation to an object array of z3 expressions."""
+    op = ACTIVATIONS[name]
+    return x if op is None else op.z3([x], {})[0]
 
 
 def lower_activation(name: str, expr):

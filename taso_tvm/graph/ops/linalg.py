@@ -5,7 +5,7 @@ import numpy as np
 from tvm import relax
 
 from .base import OUT_EWISE_FUSABLE, OpDef, broadcast_shapes, register, same_dtype
-from .elementwise import apply_activation, check_activation, lower_activation
+from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from ..types import GraphError, TensorType
 
 
@@ -30,6 +30,12 @@ def _matmul_np(x, a):
     return [apply_activation(a["activation"], np.matmul(x[0], x[1]))]
 
 
+def _matmul_z3(x, a):
+    y = np.matmul(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object))
+    return [z3_activation(a["activation"], np.asarray(y, dtype=object) if isinstance(y, np.ndarray) else
+                          np.array(y, dtype=object))]
+
+
 def _matmul_lift(call):
     od = call.attrs.out_dtype
     if od is not None and str(od) not in ("", "void"):
@@ -42,4 +48,4 @@ MATMUL = register(OpDef(
     normalize=lambda a, t: {"activation": check_activation(a["activation"], "matmul")},
     relax=("relax.matmul",), lift=_matmul_lift,
     lower=lambda bb, args, a, t: lower_activation(a["activation"], relax.op.matmul(args[0], args[1])),
-    pattern=OUT_EWISE_FUSABLE, doc="matrix product (NumPy semantics) with fused activation"))
+    pattern=OUT_EWISE_FUSABLE, z3=_matmul_z3, doc="matrix product (NumPy semantics) with fused activation"))

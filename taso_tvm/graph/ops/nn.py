@@ -5,7 +5,7 @@ import numpy as np
 from tvm import relax
 
 from .base import COMM_REDUCE, INJECTIVE, OUT_EWISE_FUSABLE, OpDef, register, same_dtype
-from .elementwise import apply_activation, check_activation, lower_activation
+from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from .relax_util import ints
 from ..types import GraphError, TensorType, normalize_axis
 
@@ -116,6 +116,12 @@ def _conv_np(x, a):
     return [apply_activation(a["activation"], y)]
 
 
+def _conv_z3(x, a):
+    y = conv2d_numpy(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object), a["strides"], a["padding"],
+                     a["dilation"], a["groups"])
+    return [z3_activation(a["activation"], y)]
+
+
 def _conv_lift(call):
     at = call.attrs
     if str(at.data_layout) != "NCHW" or str(at.kernel_layout) != "OIHW" or str(at.out_layout) != "NCHW":
@@ -135,7 +141,7 @@ def _conv_lower(bb, args, a, in_types):
 CONV2D = register(OpDef(
     "conv2d", 2, _conv_infer, _conv_np, normalize=_conv_norm,
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "activation": "none"},
-    relax=("relax.nn.conv2d",), lift=_conv_lift, lower=_conv_lower, pattern=OUT_EWISE_FUSABLE,
+    relax=("relax.nn.conv2d",), lift=_conv_lift, lower=_conv_lower, pattern=OUT_EWISE_FUSABLE, z3=_conv_z3,
     doc="2-D convolution, NCHW/OIHW, padding (top, left, bottom, right) or SAME/VALID, fused activation"))
 
 
@@ -199,6 +205,45 @@ def _pool_np(kind):
     return fn
 
 
+def _pool_z3(kind):
+    """Pooling on z3 expressions: max as nested If over the in-range window elements, average as sum / count."""
+    def fn(x, a):
+        import z3
+
+        from .elementwise import z3_val
+
+        x = np.asarray(x[0], dtype=object)
+        n, c, h, w = x.shape
+        (oh, ow) = _pool_infer([TensorType(x.shape, "float32")], a)[0].shape[2:]
+        kh, kw = a["kernel"]
+        (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+        pt, pl, pb, pr = a["padding"]
+        out = np.empty((n, c, oh, ow), dtype=object)
+        for i, j in np.ndindex(oh, ow):
+            rows = [i * sh - pt + u * dh for u in range(kh)]
+            cols = [j * sw - pl + v * dw for v in range(kw)]
+            inside = [(r, q) for r in rows for q in cols if 0 <= r < h and 0 <= q < w]
+            if kind == "avg":
+                if a["count_include_pad"]:  # window clipped to the padded input
+                    cnt = sum(1 for r in rows for q in cols if -pt <= r < h + pb and -pl <= q < w + pr)
+                else:
+                    cnt = len(inside)
+            for b, ch in np.ndindex(n, c):
+                vals = [z3_val(x[b, ch, r, q]) for r, q in inside]
+                if kind == "max":
+                    if not vals:  # a window entirely in the padding: -inf, as in NumPy
+                        out[b, ch, i, j] = z3.Real("-inf")
+                        continue
+                    m = vals[0]
+                    for v in vals[1:]:
+                        m = z3.If(v > m, v, m)
+                    out[b, ch, i, j] = m
+                else:
+                    out[b, ch, i, j] = z3.Sum(vals) / cnt if cnt else z3.Real("nan")  # 0/0 as in NumPy
+        return [out]
+    return fn
+
+
 def _pool_lift(call):
     at = call.attrs
     if str(at.layout) != "NCHW" or str(at.out_layout) != "NCHW":
@@ -222,11 +267,11 @@ def _pool_lower(kind):
 _POOL_ATTRS = {"kernel": None, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "ceil_mode": False}
 MAXPOOL = register(OpDef("maxpool2d", 1, _pool_infer, _pool_np("max"), attrs=dict(_POOL_ATTRS), normalize=_pool_norm,
                          relax=("relax.nn.max_pool2d",), lift=_pool_lift, lower=_pool_lower("max"),
-                         pattern=OUT_EWISE_FUSABLE, doc="2-D max pooling, NCHW"))
+                         pattern=OUT_EWISE_FUSABLE, z3=_pool_z3("max"), doc="2-D max pooling, NCHW"))
 AVGPOOL = register(OpDef("avgpool2d", 1, _pool_infer, _pool_np("avg"),
                          attrs=dict(_POOL_ATTRS, count_include_pad=False), normalize=_pool_norm,
                          relax=("relax.nn.avg_pool2d",), lift=_pool_lift, lower=_pool_lower("avg"),
-                         pattern=OUT_EWISE_FUSABLE, doc="2-D average pooling, NCHW"))
+                         pattern=OUT_EWISE_FUSABLE, z3=_pool_z3("avg"), doc="2-D average pooling, NCHW"))
 
 
 # ---------------------------------------------------------------- batch norm (inference)
@@ -249,6 +294,20 @@ def _bn_np(x, a):
     return [((data - r(mean)) * r(scale) + r(beta)).astype(data.dtype, copy=False)]
 
 
+def _bn_z3(x, a):
+    """(x - mean) * (gamma * recip(sqrt(var + eps))) + beta, eps rounded to float32 as the NumPy version does."""
+    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+
+    data, gamma, beta, mean, var = (np.asarray(v, dtype=object) for v in x)
+    ax = normalize_axis(a["axis"], data.ndim)
+    shape = [1] * data.ndim
+    shape[ax] = -1
+    eps = float(np.float32(a["epsilon"]))
+    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    scale = (gamma * inv).reshape(shape)
+    return [(data - mean.reshape(shape)) * scale + beta.reshape(shape)]
+
+
 def _bn_lift(call):
     at = call.attrs
     if bool(at.training) or not bool(at.center) or not bool(at.scale):
@@ -264,6 +323,7 @@ def _bn_lower(bb, args, a, in_types):
 
 BATCHNORM = register(OpDef("batchnorm", 5, _bn_infer, _bn_np, attrs={"axis": 1, "epsilon": 1e-5, "momentum": 0.1},
                            relax=("relax.nn.batch_norm",), lift=_bn_lift, lower=_bn_lower, pattern=INJECTIVE,
+                           z3=_bn_z3,
                            doc="batch normalisation in inference mode: (x - mean) * gamma / sqrt(var + eps) + beta "
                                "(momentum is kept for the Relax form; it does not affect inference)"))
 
@@ -276,6 +336,16 @@ def _softmax_np(x, a):
     return [(e / e.sum(axis=ax, keepdims=True)).astype(v.dtype)]
 
 
+def _softmax_z3(x, a):
+    """exp(x) * recip(sum(exp(x))) along the axis (exp uninterpreted; the max shift cancels mathematically)."""
+    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+
+    v = np.asarray(x[0], dtype=object)
+    ax = normalize_axis(a["axis"], v.ndim)
+    e = z3_map(lambda t: z3_fn("exp")(z3_val(t)), v)
+    return [e * z3_map(z3_recip, e.sum(axis=ax, keepdims=True))]
+
+
 def _softmax_infer(t, a):
     normalize_axis(a["axis"], t[0].ndim)
     return [t[0]]
@@ -284,6 +354,7 @@ def _softmax_infer(t, a):
 SOFTMAX = register(OpDef("softmax", 1, _softmax_infer, _softmax_np, attrs={"axis": -1},
                          relax=("relax.nn.softmax",), lift=lambda c: (list(c.args), {"axis": int(c.attrs.axis)}),
                          lower=lambda bb, args, a, t: R.nn.softmax(args[0], axis=a["axis"]), pattern=OUT_EWISE_FUSABLE,
+                         z3=_softmax_z3,
                          doc="softmax along an axis"))
 
 
@@ -305,6 +376,18 @@ def _ln_np(x, a):
     return [((data - mean) / np.sqrt(var + a["epsilon"]) * gamma + beta).astype(data.dtype)]
 
 
+def _ln_z3(x, a):
+    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+
+    data, gamma, beta = (np.asarray(v, dtype=object) for v in x)
+    axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
+    mean = data.mean(axis=axes, keepdims=True)
+    var = ((data - mean) * (data - mean)).mean(axis=axes, keepdims=True)
+    eps = float(a["epsilon"])
+    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    return [(data - mean) * inv * gamma + beta]
+
+
 def _ln_lift(call):
     at = call.attrs
     if not bool(at.center) or not bool(at.scale):
@@ -316,7 +399,7 @@ LAYERNORM = register(OpDef("layernorm", 3, _ln_infer, _ln_np, attrs={"axes": (-1
                            relax=("relax.nn.layer_norm",), lift=_ln_lift,
                            lower=lambda bb, args, a, t: R.nn.layer_norm(*args, axes=list(a["axes"]),
                                                                           epsilon=a["epsilon"]),
-                           pattern=OUT_EWISE_FUSABLE, doc="layer normalisation over the given axes"))
+                           pattern=OUT_EWISE_FUSABLE, z3=_ln_z3, doc="layer normalisation over the given axes"))
 
 
 def _mean_infer(t, a):
@@ -337,4 +420,6 @@ MEAN = register(OpDef("mean", 1, _mean_infer,
                       lambda x, a: [x[0].mean(axis=tuple(a["axes"]), keepdims=a["keepdims"]).astype(x[0].dtype)],
                       attrs={"axes": None, "keepdims": False}, relax=("relax.mean",), lift=_mean_lift,
                       lower=lambda bb, args, a, t: R.mean(args[0], axis=list(a["axes"]), keepdims=a["keepdims"]),
-                      pattern=COMM_REDUCE, doc="mean over axes (global average pooling imports as this)"))
+                      pattern=COMM_REDUCE, doc="mean over axes (global average pooling imports as this)",
+                      z3=lambda x, a: [np.asarray(x[0], dtype=object).mean(axis=tuple(a["axes"]),
+                                                                           keepdims=a["keepdims"])]))

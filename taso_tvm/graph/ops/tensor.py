@@ -37,6 +37,7 @@ CONCAT = register(OpDef("concat", None, _concat_infer,
                         lambda x, a: [np.concatenate(list(x), axis=a["axis"])], attrs={"axis": None},
                         relax=("relax.concat",), lift=_concat_lift,
                         lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]), pattern=INJECTIVE,
+                        z3=lambda x, a: [np.concatenate([np.asarray(v, dtype=object) for v in x], axis=a["axis"])],
                         doc="concatenate along an axis"))
 
 
@@ -90,7 +91,7 @@ def _split_lower(bb, args, a, t):
 
 
 SPLIT = register(OpDef("split", 1, _split_infer, _split_np, attrs={"axis": None, "sizes": None},
-                       normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower,
+                       normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower, z3=_split_np,
                        pattern=INJECTIVE, doc="split along an axis into pieces of the given sizes (several outputs)"))
 
 
@@ -107,6 +108,7 @@ TRANSPOSE = register(OpDef(
     "transpose", 1, lambda t, a: [TensorType(tuple(t[0].shape[p] for p in a["perm"]), t[0].dtype)],
     lambda x, a: [np.transpose(x[0], a["perm"])], attrs={"perm": ()}, normalize=_transpose_norm,
     relax=("relax.permute_dims",), lift=lambda c: (list(c.args), {"perm": ints(c.attrs.axes)}),
+    z3=lambda x, a: [np.transpose(np.asarray(x[0], dtype=object), a["perm"])],
     lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])), pattern=INJECTIVE,
     doc="permute dimensions"))
 
@@ -141,4 +143,5 @@ def _reshape_lift(call):
 RESHAPE = register(OpDef(
     "reshape", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)], lambda x, a: [np.reshape(x[0], a["shape"])],
     attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape",), lift=_reshape_lift,
+    z3=lambda x, a: [np.reshape(np.asarray(x[0], dtype=object), a["shape"])],
     lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])), pattern=INJECTIVE, doc="reshape (static)"))

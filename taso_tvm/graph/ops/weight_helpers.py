@@ -29,6 +29,7 @@ def _enlarge_pads(shape, a):
 ENLARGE = register(OpDef(
     "enlarge", 1, _enlarge_infer,
     lambda x, a: [np.pad(x[0], _enlarge_pads(x[0].shape, a))], attrs={"kernel": None},
+    z3=lambda x, a: [np.pad(np.asarray(x[0], dtype=object), _enlarge_pads(np.shape(x[0]), a), constant_values=0)],
     normalize=lambda a, t: {"kernel": tuple(int(k) for k in a["kernel"])},
     lower=lambda bb, args, a, t: R.nn.pad(args[0], [p for pair in _enlarge_pads(t[0].shape, a) for p in pair]),
     pattern=INJECTIVE, doc="zero-pad a conv kernel (OIHW) to a larger centred size"))
@@ -66,6 +67,7 @@ def _merge_lower(bb, args, a, t):
 MERGE_GCONV = register(OpDef(
     "merge_gconv", 1, _merge_infer, _merge_np, attrs={"count": None, "groups": None},
     normalize=lambda a, t: {"count": int(a["count"]), "groups": int(a["groups"])}, lower=_merge_lower,
+    z3=lambda x, a: _merge_np([np.asarray(x[0], dtype=object)], a),
     pattern=INJECTIVE,
     doc="weights of a grouped conv (groups=G) rewritten for G/count groups: each group's kernel placed "
         "block-diagonally among count neighbours, zeros elsewhere"))

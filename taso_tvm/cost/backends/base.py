@@ -1,0 +1,52 @@
+"""What every cost backend provides."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..config import CostConfig
+from ..kernel import KernelSig
+
+
+@dataclass
+class Measurement:
+    """The cost of one kernel in milliseconds (inf when it failed), with a status and a one-line detail."""
+
+    cost_ms: float
+    status: str = "ok"  # ok | build_failed | run_failed | analytic
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.cost_ms)
+
+
+@dataclass
+class Counters:
+    builds: int = 0
+    build_failures: int = 0
+    measurements: int = 0
+    run_failures: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Backend:
+    """Measures kernels. `scope()` names everything a measurement depends on besides the kernel."""
+
+    name = "base"
+    cacheable = True
+
+    def __init__(self, config: CostConfig):
+        self.config = config
+        self.counters = Counters()
+
+    def scope(self) -> tuple[str, str, str, str]:
+        """(backend, target, device identity, library versions): the cache key besides the kernel."""
+        raise NotImplementedError
+
+    def measure(self, sigs: Sequence[KernelSig]) -> dict[KernelSig, Measurement]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,240 @@
+"""Measure kernels built by TVM: each kernel a tiny Relax function compiled with the target's default pipeline
+(`relax.get_default_pipeline`, dlight on CUDA), timed with the VM's `time_evaluator`, locally or on a remote
+device through a TVM RPC tracker.
+
+Builds of one batch run in parallel spawned processes (each exports a library to a temporary directory);
+measurements run one at a time in this process, so they do not compete with each other for the cores.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import math
+import multiprocessing
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..config import CostConfig, parse_rpc
+from ..device import cpu_identity, cuda_identity
+from ..kernel import KernelSig
+from ..progress import Progress
+from .analytic import AnalyticBackend
+from .base import Backend, Measurement
+from .rpc import RpcError, connect
+from .tvm_build import build_kernel, one_line, warm_up
+
+log = logging.getLogger(__name__)
+
+BuildResult = tuple  # (library path or None, error or None, seconds)
+MIN_POOL_BATCH = 8  # batches smaller than this build in this process while no worker pool is running
+
+
+class TvmBackend(Backend):
+    name = "tvm"
+
+    def __init__(self, config: CostConfig):
+        super().__init__(config)
+        import tvm
+
+        self._tvm = tvm
+        self.rpc = config.rpc or None
+        self.target = dict(config.target_dict)
+        self.kind = self.target["kind"]
+        if self.kind == "cuda":
+            self.target.setdefault("arch", self._local_cuda_arch() or "sm_90")
+        self.host: Optional[dict] = {"kind": "llvm"} if self.kind == "cuda" else None
+        self._pool: Optional[cf.ProcessPoolExecutor] = None
+        self._session: Any = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="taso_tvm_kernels_")
+        self._serial = 0
+        self._analytic = AnalyticBackend(config)
+        self._arrays: dict[tuple, np.ndarray] = {}
+        if self.kind == "llvm" and not self.rpc:
+            self._set_threads(config.num_threads)
+
+    # ------------------------------------------------------------------ identity
+    def _local_cuda_arch(self) -> Optional[str]:
+        if self.rpc:
+            return None
+        dev = self._tvm.cuda(0)
+        return f"sm_{str(dev.compute_version).replace('.', '')}" if dev.exist else None
+
+    def _set_threads(self, n: int) -> None:
+        os.environ["TVM_NUM_THREADS"] = str(n)
+        fn = self._tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
+        if fn is not None:
+            try:
+                fn(1, n)
+            except Exception as e:  # noqa: BLE001
+                log.debug("could not set the TVM thread pool to %d threads: %s", n, one_line(e))
+
+    def scope(self) -> tuple[str, str, str, str]:
+        target = json.dumps({"target": self.target, "host": self.host}, sort_keys=True)
+        if self.rpc:
+            device = f"rpc:{parse_rpc(self.rpc)[2]}:{self.kind}"
+        elif self.kind == "cuda":
+            device = cuda_identity()
+        else:
+            device = cpu_identity(self.config.num_threads)
+        return (self.name, target, device, f"tvm={self._tvm.__version__}")
+
+    # ------------------------------------------------------------------ building
+    def _lib_path(self) -> str:
+        self._serial += 1
+        return str(Path(self._tmp.name) / f"k{self._serial}.{'tar' if self.rpc else 'so'}")
+
+    def _get_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(max_workers=self.config.num_build_jobs,
+                                                mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=warm_up)
+        return self._pool
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            self._pool = None
+
+    def build(self, sigs: Sequence[KernelSig], progress: Optional[Progress] = None) -> dict[KernelSig, BuildResult]:
+        """Build each kernel to a library file; in parallel processes when there are several."""
+        results: dict[KernelSig, BuildResult] = {}
+        jobs = [(s, self._lib_path()) for s in sigs]
+        # Spawning workers costs a TVM import each (seconds): small batches build here unless the pool is up.
+        if len(jobs) <= 1 or self.config.num_build_jobs <= 1 or (self._pool is None and len(jobs) < MIN_POOL_BATCH):
+            for s, path in jobs:
+                results[s] = build_kernel((s.nodes, s.inputs, s.outputs), self.target, self.host, path)
+                self._after_build(s, results[s], progress)
+            return results
+        pool = self._get_pool()
+        futures = {pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path): s
+                   for s, path in jobs}
+        try:
+            for fut in cf.as_completed(futures, timeout=self.config.build_timeout_s):
+                s = futures[fut]
+                try:
+                    results[s] = fut.result()
+                except Exception as e:  # noqa: BLE001  (a crashed worker)
+                    results[s] = (None, f"build process failed: {one_line(e)}", 0.0)
+                self._after_build(s, results[s], progress)
+        except cf.TimeoutError:
+            log.warning("kernel builds did not finish within %.0f s; the rest count as failed",
+                        self.config.build_timeout_s)
+        if len(results) < len(jobs) or any(r[1] and r[1].startswith("build process failed") for r in
+                                           results.values()):
+            self._drop_pool()
+        for s, _ in jobs:
+            if s not in results:
+                results[s] = (None, f"build did not finish within {self.config.build_timeout_s:.0f} s", 0.0)
+                self._after_build(s, results[s], progress)
+        return results
+
+    def _after_build(self, sig: KernelSig, res: BuildResult, progress: Optional[Progress]) -> None:
+        self.counters.builds += 1
+        if res[0] is None:
+            self.counters.build_failures += 1
+            log.warning("kernel failed to build, it costs inf: %s | %s | signature %s", sig.label(), res[1],
+                        sig.key[:16])
+        if progress is not None:
+            progress.update(note=sig.label())
+
+    # ------------------------------------------------------------------ measuring
+    def _device(self):
+        if self.rpc:
+            if self._session is None:
+                self._session = connect(self.rpc, self.config.rpc_timeout_s)
+            return self._session.cpu(0) if self.kind == "llvm" else self._session.cuda(0)
+        dev = self._tvm.cpu(0) if self.kind == "llvm" else self._tvm.cuda(0)
+        if not dev.exist:
+            raise RuntimeError("no CUDA device on this machine: measure on a GPU machine or through rpc "
+                               "(HOST:PORT:KEY)")
+        return dev
+
+    def _load(self, path: str):
+        if self.rpc:
+            self._session.upload(path)
+            return self._session.load_module(os.path.basename(path))
+        return self._tvm.runtime.load_module(path)
+
+    def _array(self, shape: tuple, dtype: str) -> np.ndarray:
+        key = (shape, dtype)
+        arr = self._arrays.get(key)
+        if arr is None:
+            rng = np.random.default_rng(len(self._arrays))
+            if np.issubdtype(np.dtype(dtype), np.floating):
+                arr = (rng.standard_normal(shape) * 0.1).astype(dtype)
+            else:
+                arr = np.zeros(shape, dtype)
+            self._arrays[key] = arr
+        return arr
+
+    def time_kernel(self, path: str, sig: KernelSig) -> float:
+        """Median time of one run in ms (repeats of `number` runs; number adapts to min_repeat_ms when 0)."""
+        from tvm import relax
+
+        dev = self._device()
+        vm = relax.VirtualMachine(self._load(path), dev)
+        args = [self._tvm.runtime.tensor(self._array(tuple(s), d), dev) for s, d, _ in sig.inputs]
+        number = self.config.number or 1
+        min_ms = 0 if self.config.number else int(math.ceil(self.config.min_repeat_ms))
+        res = vm.time_evaluator("main", dev, number=number, repeat=max(3, self.config.repeat),
+                                min_repeat_ms=min_ms)(*args)
+        return float(np.median(list(res.results))) * 1e3
+
+    def measure(self, sigs: Sequence[KernelSig]) -> dict[KernelSig, Measurement]:
+        out: dict[KernelSig, Measurement] = {}
+        todo = []
+        for s in sigs:
+            if any(op == "opaque" for op in s.ops):
+                out[s] = Measurement(self._analytic.cost(s), "analytic", "opaque node: analytic cost")
+                log.info("kernel %s holds an opaque Relax expression: costed by the analytic model", s.label())
+            else:
+                todo.append(s)
+        if not todo:
+            return out
+        self._device()  # fail fast (unreachable tracker, no GPU) before spending time on builds
+        todo.sort(key=self._analytic.cost, reverse=True)  # long builds and runs first
+        with Progress(len(todo), "building kernels", self.config.progress) as p:
+            built = self.build(todo, p)
+        with Progress(len(todo), "measuring kernels", self.config.progress) as p:
+            for s in todo:
+                path, err, _ = built[s]
+                if path is None:
+                    out[s] = Measurement(math.inf, "build_failed", err or "")
+                else:
+                    out[s] = self._measure_one(s, path)
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
+                p.update(note=s.label())
+        return out
+
+    def _measure_one(self, sig: KernelSig, path: str) -> Measurement:
+        try:
+            ms = self.time_kernel(path, sig)
+            self.counters.measurements += 1
+            return Measurement(ms)
+        except RpcError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self.counters.run_failures += 1
+            if self.rpc:
+                self._session = None  # reconnect next time
+            reason = one_line(e)
+            log.warning("kernel failed to run, it costs inf: %s | %s | signature %s", sig.label(), reason,
+                        sig.key[:16])
+            return Measurement(math.inf, "run_failed", reason)
+
+    def close(self) -> None:
+        self._drop_pool()
+        self._session = None
+        self._tmp.cleanup()

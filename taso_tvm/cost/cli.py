@@ -1,0 +1,94 @@
+"""`taso-tvm cost MODEL.onnx`: each kernel's cost and the total (TASO's `cost()` / `print_measurements`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from typing import Optional, Sequence
+
+from .config import CostConfigError, load_cost_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="taso-tvm cost", description="Cost of an ONNX model under the cost model: "
+                                "one line per distinct kernel (TVM FuseOps grouping) and the total.")
+    p.add_argument("model", help="ONNX file")
+    p.add_argument("--backend", choices=["tvm", "ort", "analytic"], help="cost backend (default: from config)")
+    p.add_argument("--target", help="llvm, cuda or a JSON target dict (default: from config)")
+    p.add_argument("--config", help="cost config YAML (e.g. configs/cpu.yaml)")
+    p.add_argument("--rpc", help="HOST:PORT:KEY of a TVM RPC tracker to measure on (tvm backend)")
+    p.add_argument("--threads", type=int, help="threads of the deployment")
+    p.add_argument("--cache", help="cost cache file ('' for none)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress and warnings")
+    return p
+
+
+def _graphs(path: str) -> list:
+    from ..onnx_io import load_onnx
+    from ..relay_pass.lift import lift_function
+
+    mod = load_onnx(path)
+    return [b.graph for b in lift_function(mod["main"])]
+
+
+def _finite(v):
+    """JSON has no infinity: a failed kernel's cost prints as null."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cost"]:
+        argv = argv[1:]
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from .model import CostModel
+
+    try:
+        cfg = load_cost_config(args.config, backend=args.backend, target=args.target, rpc=args.rpc,
+                               threads=args.threads, cache=args.cache)
+    except CostConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        graphs = _graphs(args.model)
+    except Exception as e:  # noqa: BLE001  (load errors are one line already)
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    try:
+        with CostModel(cfg) as cm:
+            rows = cm.report(graphs)
+            total = math.fsum(cm.graph_cost(g) for g in graphs)
+            kernels = sum(len(cm.kernels(g)) for g in graphs)
+            details = {r.sig: cm.details.get(r.sig) for r in rows}
+    except (RuntimeError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    if args.json:
+        out = {"model": args.model, "backend": cfg.backend, "target": cfg.target_dict, "total_ms": total,
+               "kernels": kernels, "distinct_kernels": len(rows),
+               "per_kernel": [{"kernel": r.sig.label(), "key": r.sig.key, "count": r.count, "cost_ms": r.cost_ms,
+                               "total_ms": r.total_ms,
+                               "status": details[r.sig].status if details[r.sig] else "cached"} for r in rows]}
+        print(json.dumps(_finite(out), indent=1))
+        return 0
+    width = max([len(r.sig.label()) for r in rows] + [6])
+    print(f"{'kernel':<{width}}  {'count':>5}  {'ms each':>10}  {'ms total':>10}")
+    for r in rows:
+        print(f"{r.sig.label():<{width}}  {r.count:>5}  {r.cost_ms:>10.4f}  {r.total_ms:>10.4f}")
+    print(f"Cost metrics: exe_time(ms) = {total:.4f} over {kernels} kernels ({len(rows)} distinct), "
+          f"backend {cfg.backend}, target {json.dumps(cfg.target_dict)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

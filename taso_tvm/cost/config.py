@@ -1,0 +1,163 @@
+"""Cost-model settings: a dataclass, a YAML loader and the target parser.
+
+A config file is YAML with the settings under a top-level `cost:` key (or at the top level). Precedence:
+keyword overrides > environment (`TASO_TVM_COST_CACHE` for the cache path) > file > defaults.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+BACKENDS = ("tvm", "ort", "analytic")
+DEFAULT_CACHE = "~/.cache/taso_tvm/costs.sqlite"
+CACHE_ENV = "TASO_TVM_COST_CACHE"
+
+# Roofline peaks per target kind: sustained GFLOP/s, GB/s, and per-kernel launch overhead in microseconds.
+DEFAULT_ROOFLINE: dict[str, dict[str, float]] = {
+    "llvm": {"peak_gflops": 50.0, "peak_gbps": 15.0, "launch_us": 3.0},
+    "cuda": {"peak_gflops": 40000.0, "peak_gbps": 3000.0, "launch_us": 4.0},
+}
+
+
+class CostConfigError(ValueError):
+    """A cost setting is missing, unreadable or wrong; the message is one line."""
+
+
+@dataclass
+class CostConfig:
+    """Everything the cost model needs to know; see `configs/cpu.yaml` for what each field means."""
+
+    backend: str = "tvm"
+    target: Union[str, dict] = "llvm"
+    threads: int = 0  # 0: all cores of this machine
+    repeat: int = 3
+    number: int = 0  # 0: adaptive, enough runs per repeat to fill min_repeat_ms
+    min_repeat_ms: float = 20.0
+    build_jobs: int = 0  # 0: one per core
+    build_timeout_s: float = 600.0
+    rpc: Optional[str] = None  # "HOST:PORT:KEY" of a TVM RPC tracker
+    rpc_timeout_s: float = 60.0
+    cache: Optional[str] = DEFAULT_CACHE  # None or "": no persistent cache
+    progress: bool = True
+    roofline: dict[str, dict[str, float]] = field(default_factory=lambda: {k: dict(v) for k, v in
+                                                                            DEFAULT_ROOFLINE.items()})
+
+    @property
+    def target_dict(self) -> dict:
+        return parse_target(self.target)
+
+    @property
+    def target_kind(self) -> str:
+        return str(self.target_dict["kind"])
+
+    @property
+    def num_threads(self) -> int:
+        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+
+    @property
+    def num_build_jobs(self) -> int:
+        return self.build_jobs if self.build_jobs > 0 else (os.cpu_count() or 1)
+
+    @property
+    def cache_path(self) -> Optional[Path]:
+        return Path(os.path.expanduser(self.cache)) if self.cache else None
+
+    def peaks(self) -> dict[str, float]:
+        kind = self.target_kind
+        base = dict(DEFAULT_ROOFLINE.get(kind, DEFAULT_ROOFLINE["llvm"]))
+        base.update(self.roofline.get(kind, {}))
+        return base
+
+
+def parse_target(target: Union[str, dict]) -> dict:
+    """'llvm', 'cuda' or a JSON target dict (string or mapping) -> a target dict for `tvm.target.Target`."""
+    if isinstance(target, dict):
+        d = dict(target)
+    elif not isinstance(target, str):
+        raise CostConfigError(f"unknown target {target!r}: use llvm, cuda or a JSON target dict")
+    elif target.strip().startswith("{"):
+        try:
+            d = json.loads(target)
+        except json.JSONDecodeError as e:
+            raise CostConfigError(f"target is not valid JSON: {e}") from None
+        if not isinstance(d, dict):
+            raise CostConfigError(f"unknown target {target!r}: use llvm, cuda or a JSON target dict")
+    elif target.strip() in ("llvm", "cuda"):
+        d = {"kind": target.strip()}
+    else:
+        raise CostConfigError(f"unknown target '{target}': use llvm, cuda or a JSON target dict")
+    if d.get("kind") not in ("llvm", "cuda"):
+        raise CostConfigError(f"unknown target kind {d.get('kind')!r}: use llvm or cuda")
+    return d
+
+
+def _check(cfg: CostConfig, where: str) -> CostConfig:
+    if cfg.backend not in BACKENDS:
+        raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use tvm, ort or analytic")
+    parse_target(cfg.target)
+    if cfg.repeat < 1 or cfg.number < 0 or cfg.min_repeat_ms < 0:
+        raise CostConfigError(f"repeat must be >= 1, number >= 0, min_repeat_ms >= 0{where}")
+    if cfg.rpc:
+        parse_rpc(cfg.rpc)
+    return cfg
+
+
+def parse_rpc(rpc: str) -> tuple[str, int, str]:
+    """'HOST:PORT:KEY' -> (host, port, key)."""
+    parts = str(rpc).rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[0] or not parts[2]:
+        raise CostConfigError(f"rpc must be HOST:PORT:KEY, got {rpc!r}")
+    return parts[0], int(parts[1]), parts[2]
+
+
+def load_cost_config(path: Optional[Union[str, Path]] = None, **overrides: Any) -> CostConfig:
+    """Settings from a YAML file (or the defaults), then the environment, then `overrides` (None values skipped)."""
+    data: dict[str, Any] = {}
+    where = ""
+    if path is not None:
+        where = f" in {path}"
+        try:
+            text = Path(path).read_text()
+            loaded = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CostConfigError(f"cannot read cost config {path}: {reason}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise CostConfigError(f"cannot read cost config {path}: expected a mapping")
+        if "cost" in loaded:
+            data = loaded["cost"] or {}
+            if not isinstance(data, dict):
+                raise CostConfigError(f"cannot read cost config {path}: 'cost' must be a mapping")
+        else:  # settings at the top level; other sections of a shared config file are not ours
+            data = {k: v for k, v in loaded.items() if k not in ("search", "rules")}
+        data = dict(data)
+    env_cache = os.environ.get(CACHE_ENV)
+    if env_cache is not None:
+        data["cache"] = env_cache
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    names = {f.name for f in dataclasses.fields(CostConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise CostConfigError(f"unknown cost setting '{unknown[0]}'{where}: use one of {', '.join(sorted(names))}")
+    if "roofline" in data:
+        roof = {k: dict(v) for k, v in DEFAULT_ROOFLINE.items()}
+        for kind, peaks in (data["roofline"] or {}).items():
+            roof.setdefault(kind, {}).update(peaks or {})
+        data["roofline"] = roof
+    try:
+        cfg = CostConfig(**data)
+    except TypeError as e:
+        raise CostConfigError(f"bad cost config{where}: {e}") from None
+    for k in ("threads", "repeat", "number", "build_jobs"):
+        setattr(cfg, k, int(getattr(cfg, k)))
+    for k in ("min_repeat_ms", "build_timeout_s", "rpc_timeout_s"):
+        setattr(cfg, k, float(getattr(cfg, k)))
+    return _check(cfg, where)

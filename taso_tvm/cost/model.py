@@ -1,0 +1,135 @@
+"""The cost model: a graph's cost is the sum of its kernels' costs; each distinct kernel is measured once.
+
+Lookups go memory -> persistent SQLite cache -> backend (one batch per call, built in parallel). Kernel
+partitions and signatures are memoized (see `fusion.Partitioner`), so costing a graph whose kernels are known is
+a partition (or a memo hit) plus dictionary lookups.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from ..graph.tensor_graph import TensorGraph
+from .backends import Backend, Measurement, make_backend
+from .cache import CostCache
+from .config import CostConfig, load_cost_config
+from .fusion import Partitioner
+from .kernel import Kernel, KernelSig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KernelReport:
+    """One distinct kernel of a graph: how often it occurs and what one run costs (ms)."""
+
+    sig: KernelSig
+    count: int
+    cost_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.cost_ms * self.count
+
+
+class CostModel:
+    """`CostModel(load_cost_config("configs/cpu.yaml")).graph_cost(graph)` -> milliseconds."""
+
+    def __init__(self, config: Optional[CostConfig] = None, *, backend: Optional[Backend] = None,
+                 cache: Optional[CostCache] = None):
+        self.config = config or load_cost_config()
+        self.backend = backend or make_backend(self.config)
+        self.partitioner = Partitioner()
+        if cache is not None:
+            self.cache: Optional[CostCache] = cache
+        elif self.backend.cacheable and self.config.cache_path is not None:
+            self.cache = CostCache(self.config.cache_path)
+        else:
+            self.cache = None
+        self.scope = self.backend.scope()
+        self._mem: dict[KernelSig, float] = {}
+        self.details: dict[KernelSig, Measurement] = {}
+        self.cache_hits = 0
+
+    # ------------------------------------------------------------------ kernels
+    def kernels(self, graph: TensorGraph) -> tuple[Kernel, ...]:
+        """The graph's kernels (memoized): each with its signature and the node ids it covers."""
+        return self.partitioner.kernels(graph)
+
+    def kernel_cost(self, sig: KernelSig) -> float:
+        """Cost of one kernel in ms (measured if unknown)."""
+        c = self._mem.get(sig)
+        return c if c is not None else self.costs([sig])[sig]
+
+    def costs(self, sigs: Iterable[KernelSig]) -> dict[KernelSig, float]:
+        """Costs (ms) of kernels; unknown ones are looked up in the cache, the rest measured in one batch."""
+        sigs = list(dict.fromkeys(sigs))
+        missing = [s for s in sigs if s not in self._mem]
+        if missing:
+            self._fill(missing)
+        return {s: self._mem[s] for s in sigs}
+
+    def _fill(self, missing: list[KernelSig]) -> None:
+        if self.cache is not None:
+            hits = self.cache.get_many(self.scope, [s.key for s in missing])
+            self.cache_hits += len(hits)
+            for s in missing:
+                if s.key in hits:
+                    self._mem[s] = hits[s.key]
+            missing = [s for s in missing if s not in self._mem]
+        if not missing:
+            return
+        measured = self.backend.measure(missing)
+        rows = []
+        for s, m in measured.items():
+            self._mem[s] = m.cost_ms
+            self.details[s] = m
+            if m.status != "analytic":
+                rows.append((s.key, s.label(), m.cost_ms, m.status, m.detail))
+        if self.cache is not None and self.backend.cacheable:
+            self.cache.put_many(self.scope, rows)
+
+    # ------------------------------------------------------------------ graphs
+    def graph_cost(self, graph: TensorGraph) -> float:
+        """Sum of the graph's kernel costs in ms (inf if a kernel failed)."""
+        ks = self.kernels(graph)
+        mem = self._mem
+        try:
+            return math.fsum(mem[k.sig] for k in ks)
+        except KeyError:
+            self.costs(k.sig for k in ks)
+            return math.fsum(mem[k.sig] for k in ks)
+
+    def kernel_costs(self, graph: TensorGraph) -> list[tuple[Kernel, float]]:
+        ks = self.kernels(graph)
+        costs = self.costs(k.sig for k in ks)
+        return [(k, costs[k.sig]) for k in ks]
+
+    def prefetch(self, graphs: Iterable[TensorGraph]) -> None:
+        """Measure the kernels of many graphs in one batch (one parallel build)."""
+        self.costs(k.sig for g in graphs for k in self.kernels(g))
+
+    def report(self, graphs: Sequence[TensorGraph]) -> list[KernelReport]:
+        """Distinct kernels of the graphs with counts and costs, most expensive (in total) first."""
+        counts: dict[KernelSig, int] = {}
+        for g in graphs:
+            for k in self.kernels(g):
+                counts[k.sig] = counts.get(k.sig, 0) + 1
+        costs = self.costs(counts)
+        rows = [KernelReport(s, n, costs[s]) for s, n in counts.items()]
+        rows.sort(key=lambda r: -r.total_ms if math.isfinite(r.total_ms) else -math.inf)
+        return rows
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        self.backend.close()
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> "CostModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

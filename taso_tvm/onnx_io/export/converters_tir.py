@@ -1,0 +1,268 @@
+"""``R.call_tir`` of the PrimFuncs that the ONNX frontend creates with ``emit_te``.
+
+The frontend emits TOPI compute for a few operators (Clip -> maximum/minimum, Einsum,
+Tile, Pad with auto_pad, ...).  Those PrimFuncs are recognized by name (``maximum``,
+``maximum1``, ...) and, where their parameters are not visible in the call (Einsum's
+equation, Pad's widths and value), by reading the single compute block of the PrimFunc.
+Anything else raises a clear :class:`ExportError`.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from onnx import TensorProto
+
+import tvm
+from tvm import relax
+
+from .context import prim_to_py, rank_of, static_dims, type_dims
+from .exporter import register
+
+# ----------------------------------------------------------------------------- TIR walking
+
+
+def _fields(o):
+    ti = getattr(type(o), "__tvm_ffi_type_info__", None)
+    names = []
+    while ti is not None:
+        names.extend(f.name for f in ti.fields)
+        ti = ti.parent_type_info
+    return names
+
+
+def _walk(obj, fn, depth=0):
+    """Pre-order walk over expression objects."""
+    if depth > 200 or obj is None:
+        return
+    fn(obj)
+    if isinstance(obj, (str, int, float, bool)):
+        return
+    if hasattr(obj, "__len__") and not hasattr(type(obj), "__tvm_ffi_type_info__"):
+        return
+    if type(obj).__name__ in ("Array", "list", "tuple"):
+        for x in obj:
+            _walk(x, fn, depth + 1)
+        return
+    for f in _fields(obj):
+        if f in ("span", "ty", "dtype", "op", "source", "buffer"):
+            continue
+        try:
+            v = getattr(obj, f)
+        except Exception:
+            continue
+        if v is None or isinstance(v, (str, int, float, bool)):
+            continue
+        if type(v).__name__ == "Array":
+            for x in v:
+                _walk(x, fn, depth + 1)
+        elif hasattr(type(v), "__tvm_ffi_type_info__"):
+            _walk(v, fn, depth + 1)
+
+
+def _blocks(stmt, out):
+    name = type(stmt).__name__
+    if name == "SBlockRealize":
+        _blocks(stmt.block, out)
+    elif name == "SBlock":
+        if stmt.name_hint != "root":
+            out.append(stmt)
+        _blocks(stmt.body, out)
+    elif name == "For":
+        _blocks(stmt.body, out)
+    elif name == "SeqStmt":
+        for s in stmt.seq:
+            _blocks(s, out)
+    elif hasattr(stmt, "body"):
+        _blocks(stmt.body, out)
+    return out
+
+
+def _compute_block(ctx, func):
+    blocks = _blocks(func.body, [])
+    if len(blocks) != 1:
+        ctx.fail(f"PrimFunc has {len(blocks)} compute blocks; only single-block functions are recognized")
+    blk = blocks[0]
+    if type(blk.body).__name__ != "BufferStore":
+        ctx.fail("PrimFunc block is not a single store")
+    return blk, blk.body
+
+
+def _loads(expr):
+    res = []
+
+    def fn(o):
+        if type(o).__name__ == "TensorLoad":
+            res.append(o)
+
+    _walk(expr, fn)
+    return res
+
+
+# ----------------------------------------------------------------------------- handlers
+def _binary(onnx_op):
+    def h(ctx, call, func, inputs):
+        if len(inputs) != 2:
+            ctx.fail(f"expected 2 inputs, got {len(inputs)}")
+        return ctx.op(onnx_op, inputs[0], inputs[1])
+
+    return h
+
+
+def _einsum(ctx, call, func, inputs):
+    blk, store = _compute_block(ctx, func)
+    iv = [v.var for v in blk.iter_vars]
+    letters = {}
+    for i, v in enumerate(iv):
+        letters[v.__chandle__()] = "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else None
+
+    def idx_letters(indices):
+        s = ""
+        for e in indices:
+            h = e.__chandle__() if tvm.ir.is_prim_var(e) else None
+            if h is None or letters.get(h) is None:
+                ctx.fail(f"einsum index '{e}' is not a plain loop variable (broadcast einsum)")
+            s += letters[h]
+        return s
+
+    out_buf = func.params[-1].name
+    out_term = idx_letters(store.indices)
+    in_names = [p.name for p in func.params[:len(inputs)]]
+    terms = {}
+    for ld in _loads(store.value):
+        src = ld.source.name
+        if src == out_buf:
+            continue
+        t = idx_letters(ld.indices)
+        if src in terms and terms[src] != t:
+            ctx.fail("einsum operand read with two different index patterns")
+        terms[src] = t
+    if set(terms) != set(in_names):
+        ctx.fail("einsum PrimFunc does not read every operand")
+    eq = ",".join(terms[n] for n in in_names) + "->" + out_term
+    return ctx.op("Einsum", *inputs, equation=eq)
+
+
+def _index_offset(ctx, e):
+    """Index expression ``v - c`` / ``v + c`` / ``v`` -> pad-before ``c`` / ``-c`` / 0."""
+    if tvm.ir.is_prim_var(e):
+        return 0
+    if isinstance(e, tvm.tirx.Sub) and tvm.ir.is_prim_var(e.a) and isinstance(e.b, tvm.tirx.IntImm):
+        return int(e.b.value)
+    if isinstance(e, tvm.tirx.Add) and tvm.ir.is_prim_var(e.a) and isinstance(e.b, tvm.tirx.IntImm):
+        return -int(e.b.value)
+    return None
+
+
+def _pad(ctx, call, func, inputs):
+    if len(inputs) != 1:
+        ctx.fail("pad with more than one input")
+    x = inputs[0]
+    in_dims = static_dims(call.args[1].fields[0]) if isinstance(call.args[1], relax.Tuple) else None
+    out_dims = static_dims(call.ty)
+    if in_dims is None or out_dims is None:
+        ctx.fail("pad PrimFunc with symbolic shapes")
+    blk, store = _compute_block(ctx, func)
+    value = 0.0
+    load = None
+    val = store.value
+    if isinstance(val, relax.Call) or type(val).__name__ == "Call":
+        if getattr(val.op, "name", "") not in ("prim.if_then_else", "tirx.if_then_else"):
+            ctx.fail("pad PrimFunc is not a guarded copy")
+        loads = _loads(val.args[1])
+        if len(loads) != 1 or not isinstance(val.args[2], (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            ctx.fail("pad PrimFunc is not a guarded copy of a constant")
+        load = loads[0]
+        value = prim_to_py(val.args[2])
+    else:
+        loads = _loads(val)
+        if len(loads) != 1:
+            ctx.fail("pad PrimFunc is not a copy")
+        load = loads[0]
+    before = []
+    for e in load.indices:
+        off = _index_offset(ctx, e)
+        if off is None:
+            ctx.fail(f"pad index '{e}' is not a constant shift")
+        before.append(off)
+    after = [o - i - b for o, i, b in zip(out_dims, in_dims, before)]
+    if all(b == 0 for b in before) and all(a == 0 for a in after):
+        return x
+    cv = ctx.typed_scalar(value, ctx.types[x])
+    return ctx.op("Pad", x, ctx.i64(before + after), cv, mode="constant")
+
+
+def _tile(ctx, call, func, inputs):
+    x = inputs[0]
+    in_dims = type_dims(call.args[1].fields[0])
+    out_dims = type_dims(call.ty)
+    if in_dims is None or out_dims is None:
+        ctx.fail("tile with unknown ranks")
+    nd, od = len(in_dims), len(out_dims)
+    if od > nd:
+        x = ctx.unsqueeze(x, list(range(od - nd)))
+        in_dims = [1] * (od - nd) + in_dims
+    if all(isinstance(d, int) for d in in_dims + out_dims):
+        reps = [o // i if i else 1 for o, i in zip(out_dims, in_dims)]
+        return ctx.op("Tile", x, ctx.i64(reps))
+    out_t = ctx.shape_tensor(out_dims)
+    in_t = ctx.shape_of(x)
+    return ctx.op("Tile", x, ctx.op("Div", out_t, in_t))
+
+
+def _flip(ctx, call, func, inputs):
+    x = inputs[0]
+    blk, store = _compute_block(ctx, func)
+    loads = _loads(store.value)
+    if len(loads) != 1:
+        ctx.fail("flip PrimFunc is not a copy")
+    axes = [i for i, e in enumerate(loads[0].indices) if not tvm.ir.is_prim_var(e)]
+    if len(axes) != 1:
+        ctx.fail("flip PrimFunc does not reverse exactly one axis")
+    return ctx.op("Slice", x, ctx.i64([-1]), ctx.i64([np.iinfo(np.int64).min]), ctx.i64(axes), ctx.i64([-1]))
+
+
+def _identity(ctx, call, func, inputs):
+    return inputs[0]
+
+
+_TIR_HANDLERS = {
+    "maximum": _binary("Max"),
+    "minimum": _binary("Min"),
+    "add": _binary("Add"),
+    "subtract": _binary("Sub"),
+    "multiply": _binary("Mul"),
+    "divide": _binary("Div"),
+    "einsum": _einsum,
+    "pad": _pad,
+    "tile": _tile,
+    "dyn_tile": _tile,
+    "flip": _flip,
+    "identity": _identity,
+}
+
+
+@register("relax.call_tir", "relax.call_tir_inplace")
+def convert_call_tir(ctx, call, attrs, args):
+    attrs.consume_all()  # call_tir_inplace: inplace_indices only affect memory reuse
+    gv = call.args[0]
+    name = gv.name_hint
+    mod = ctx.exporter.mod
+    if mod is None or gv not in mod.get_global_vars():
+        ctx.fail(f"PrimFunc '{name}' is not in the module")
+    func = mod[gv]
+    base = re.sub(r"\d+$", "", name).rstrip("_")
+    handler = _TIR_HANDLERS.get(base)
+    if handler is None:
+        ctx.fail(f"call_tir of PrimFunc '{name}' has no ONNX mapping")
+    inputs = args[1]
+    if not isinstance(inputs, list):
+        inputs = [inputs]
+    return handler(ctx, call, func, inputs)
+
+
+@register("relax.call_dps_packed")
+def convert_call_dps_packed(ctx, call, attrs, args):
+    f = call.args[0]
+    name = str(f.global_symbol) if isinstance(f, relax.ExternFunc) else str(f)
+    ctx.fail(f"call_dps_packed of '{name}' has no ONNX mapping")

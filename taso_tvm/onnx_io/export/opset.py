@@ -1,0 +1,236 @@
+"""Opset selection and rendering of :class:`NodeSpec` into ``onnx.NodeProto``.
+
+Every emitted node is checked against the ONNX operator schemas: a node is *valid* at
+opset ``v`` when the schema active at ``v`` exists and is not deprecated, knows all the
+node's attributes, accepts its number of inputs/outputs and the element types of its
+inputs/outputs, and ``v`` lies inside the node's explicit ``[lo, hi]`` range (used for
+semantic changes that the schema does not show, e.g. Softmax before 13).  Nodes with a
+``flex`` field (axes / split) are rendered with an attribute where the schema has one and
+an int64 input otherwise, so they are valid on both sides of the change.
+
+Without an explicit opset, the exporter picks the smallest ``v >= DEFAULT_MIN_OPSET`` at
+which every node is valid, i.e. the max over nodes of the minimum opset that node needs.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec, make_tensor_proto
+
+MAX_OPSET = onnx.defs.onnx_opset_version()
+DEFAULT_MIN_OPSET = 13
+MIN_SUPPORTED_OPSET = 7
+
+_valid_cache: Dict[tuple, bool] = {}
+_schema_at_cache: Dict[tuple, object] = {}
+
+
+def schema_at(op_type: str, version: int, domain: str = ""):
+    key = (op_type, version, domain)
+    if key not in _schema_at_cache:
+        try:
+            _schema_at_cache[key] = onnx.defs.get_schema(op_type, version, domain)
+        except onnx.defs.SchemaError:
+            _schema_at_cache[key] = None
+    return _schema_at_cache[key]
+
+
+def _signature(n: NodeSpec) -> tuple:
+    return (
+        n.op_type,
+        n.domain,
+        tuple(sorted(n.attrs)),
+        tuple(sorted(n.flex)),
+        len(n.inputs),
+        n.in_types,
+        len(n.outputs),
+        n.out_types,
+    )
+
+
+def _types_ok(formals, types, schema) -> bool:
+    tc = {t.type_param_str: set(t.allowed_type_strs) for t in schema.type_constraints}
+    if not formals:
+        return all(t is None for t in types)
+    for i, t in enumerate(types):
+        if t is None:
+            continue
+        if i >= len(formals):
+            last = formals[-1]
+            if last.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                return False
+            formal = last
+        else:
+            formal = formals[i]
+        allowed = tc.get(formal.type_str, {formal.type_str})
+        if ELEM_TO_TYPESTR.get(t) not in allowed:
+            return False
+    return True
+
+
+def _flex_input_index(schema, name: str) -> Optional[int]:
+    for i, f in enumerate(schema.inputs):
+        if f.name == name:
+            return i
+    return None
+
+
+def node_valid(n: NodeSpec, v: int) -> bool:
+    if n.lo is not None and v < n.lo:
+        return False
+    if n.hi is not None and v > n.hi:
+        return False
+    sig = _signature(n) + (v,)
+    hit = _valid_cache.get(sig)
+    if hit is not None:
+        return hit
+    ok = _schema_valid(n, v)
+    _valid_cache[sig] = ok
+    return ok
+
+
+def _schema_valid(n: NodeSpec, v: int) -> bool:
+    s = schema_at(n.op_type, v, n.domain)
+    if s is None or s.deprecated:
+        return False
+    for a in n.attrs:
+        if a not in s.attributes:
+            return False
+    n_in = len(n.inputs)
+    for k in n.flex:
+        if k in s.attributes:
+            continue
+        idx = _flex_input_index(s, k)
+        if idx is None:
+            return False
+        n_in = max(n_in, idx + 1)
+    if n_in < s.min_input or n_in > s.max_input:
+        return False
+    if len(n.outputs) < s.min_output or len(n.outputs) > s.max_output:
+        return False
+    if not _types_ok(s.inputs, list(n.in_types), s):
+        return False
+    if not _types_ok(s.outputs, list(n.out_types), s):
+        return False
+    return True
+
+
+def min_valid_opset(n: NodeSpec, lo: int = 1) -> Optional[int]:
+    for v in range(lo, MAX_OPSET + 1):
+        if node_valid(n, v):
+            return v
+    return None
+
+
+def all_nodes(nodes: List[NodeSpec]) -> List[NodeSpec]:
+    """Nodes including those nested in subgraphs (If branches)."""
+    out = []
+    for n in nodes:
+        out.append(n)
+        for sub, _, _ in n.subgraphs.values():
+            out.extend(all_nodes(sub))
+    return out
+
+
+def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
+    nodes = all_nodes(nodes)
+    if requested is not None:
+        requested = int(requested)
+        if requested < MIN_SUPPORTED_OPSET or requested > MAX_OPSET:
+            raise ExportError(
+                f"cannot export at opset {requested}: supported opsets are "
+                f"{MIN_SUPPORTED_OPSET}..{MAX_OPSET}")
+        for n in nodes:
+            if not node_valid(n, requested):
+                raise ExportError(_explain(n, requested))
+        return requested
+    # distinct signatures only
+    seen = {}
+    for n in nodes:
+        key = _signature(n) + (n.lo, n.hi)
+        if key not in seen:
+            seen[key] = n
+    uniq = list(seen.values())
+    v = DEFAULT_MIN_OPSET
+    while v <= MAX_OPSET:
+        bad = None
+        for n in uniq:
+            if not node_valid(n, v):
+                bad = n
+                break
+        if bad is None:
+            return v
+        # jump to the first version where the offending node is valid
+        nv = min_valid_opset(bad, v + 1)
+        if nv is None:
+            raise ExportError(_explain(bad, v))
+        v = nv
+    raise ExportError("cannot find an ONNX opset in which all exported nodes are valid")
+
+
+def _explain(n: NodeSpec, v: int) -> str:
+    where = f"{n.relax_op or 'expression'} in binding '{n.binding or '?'}'"
+    types = ", ".join(ELEM_TO_TYPESTR.get(t, "?") for t in n.in_types if t is not None)
+    mv = min_valid_opset(n, 1)
+    lo_note = ""
+    if mv is not None:
+        later = [x for x in range(v + 1, MAX_OPSET + 1) if node_valid(n, x)]
+        if mv > v:
+            lo_note = f"needs opset >= {mv}"
+        elif later:
+            lo_note = f"is valid in opsets {mv}..{max(x for x in range(mv, MAX_OPSET + 1) if node_valid(n, x))} but not {v}"
+        else:
+            lo_note = f"is not valid at opset {v}"
+    else:
+        lo_note = "has no valid form in any opset"
+    return (f"cannot export {where} at opset {v}: ONNX {n.op_type}({types}) {lo_note}")
+
+
+def render(nodes: List[NodeSpec], v: int, initializers: dict, types: dict) -> List[onnx.NodeProto]:
+    """NodeSpecs -> NodeProtos for opset ``v`` (flex axes become attributes or inputs)."""
+    out = []
+    flex_cache: Dict[tuple, str] = {}
+    used_names = set(types) | set(initializers)
+    for i, n in enumerate(nodes):
+        inputs = list(n.inputs)
+        attrs = dict(n.attrs)
+        if n.flex:
+            s = schema_at(n.op_type, v, n.domain)
+            for k, vals in n.flex.items():
+                if k in s.attributes:
+                    attrs[k] = [int(x) for x in vals]
+                else:
+                    idx = _flex_input_index(s, k)
+                    key = tuple(int(x) for x in vals)
+                    if key not in flex_cache:
+                        base = f"{k}_{'_'.join(str(x).replace('-', 'm') for x in key)}" if len(key) <= 6 else k
+                        nm = base
+                        j = 0
+                        while nm in used_names:
+                            j += 1
+                            nm = f"{base}__{j}"
+                        used_names.add(nm)
+                        initializers[nm] = (np.asarray(key, dtype=np.int64), TensorProto.INT64)
+                        types[nm] = TensorProto.INT64
+                        flex_cache[key] = nm
+                    while len(inputs) < idx:
+                        inputs.append("")
+                    if len(inputs) == idx:
+                        inputs.append(flex_cache[key])
+                    else:
+                        inputs[idx] = flex_cache[key]
+        attrs = {k: (val(v) if callable(val) else val) for k, val in attrs.items()}
+        for k, (sub, outs, gname) in n.subgraphs.items():
+            sub_nodes = render(sub, v, initializers, types)
+            attrs[k] = helper.make_graph(sub_nodes, gname, [], outs)
+        # drop trailing empty optional inputs
+        while inputs and inputs[-1] == "":
+            inputs.pop()
+        node = helper.make_node(n.op_type, inputs, list(n.outputs), name=n.name or None,
+                                domain=n.domain or None, **attrs)
+        out.append(node)
+    return out

@@ -1,0 +1,495 @@
+"""The rule verifier: a bounded symbolic proof and TASO's axiomatic proof, both with Z3, with a persistent cache.
+
+*Bounded*: the rule is instantiated at small shapes and attribute values (`instances.py`); every input element is a
+Z3 Real; both sides are evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output
+element is proven equal (first by polynomial normalisation, then by the solver). A disagreement comes back as a
+counterexample (shapes, attributes, input values), confirmed with the NumPy semantics when it involves
+uninterpreted functions.
+
+*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms.
+
+A rule is *verified* when the bounded proof succeeds and the axiomatic proof succeeds or does not apply.
+Every solver call has a time limit: "unknown" means "not verified", never a hang.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from ..graph import GraphError, TensorGraph
+from .instances import Instance, NoInstance, iter_instances, numpy_check
+from .language import Rule, parse_rules
+from .matcher import TypeMismatch, build_target
+
+log = logging.getLogger(__name__)
+
+VERIFIER_VERSION = "taso-tvm-verify-1"
+LIBRARY_DIR = Path(__file__).parent / "library"
+AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
+BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
+
+
+@dataclass
+class MethodResult:
+    method: str  # 'bounded' | 'axiomatic'
+    status: str  # 'proven' | 'refuted' | 'unknown' | 'skipped'
+    detail: str = ""
+    time: float = 0.0
+    instances: int = 0
+    counterexample: Optional[dict] = None
+
+
+@dataclass
+class VerifyResult:
+    rule: str
+    status: str  # 'verified' | 'refuted' | 'unproven'
+    methods: list = field(default_factory=list)
+    time: float = 0.0
+    digest: str = ""
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "verified"
+
+    @property
+    def counterexample(self) -> Optional[dict]:
+        for m in self.methods:
+            if m.counterexample:
+                return m.counterexample
+        return None
+
+    def method(self, name: str) -> Optional[MethodResult]:
+        return next((m for m in self.methods if m.method == name), None)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("cached")
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> "VerifyResult":
+        return VerifyResult(d["rule"], d["status"], [MethodResult(**m) for m in d["methods"]], d["time"],
+                            d.get("digest", ""), cached=True)
+
+
+# ---------------------------------------------------------------- z3 evaluation
+def _obj(v: Any) -> np.ndarray:
+    if isinstance(v, np.ndarray):
+        return v if v.dtype == object else v.astype(object)
+    out = np.empty((), dtype=object)
+    out[()] = v
+    return out
+
+
+def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict) -> list:
+    """Evaluate tensors with the registry's Z3 semantics. `symbols`: input name or weight key -> object array."""
+    from ..graph.ops.elementwise import z3_val
+    from ..graph.tensor_graph import weight_array
+
+    refs = list(refs)
+    for node in TensorGraph(graph.store, refs).topo_order():
+        if node.id in memo:
+            continue
+        if node.op == "input":
+            out = [symbols[node.attrs["name"]]]
+        elif node.op == "weight":
+            key = node.attrs["key"]
+            if key in symbols:
+                out = [symbols[key]]
+            else:
+                arr = np.asarray(weight_array(node))
+                z = np.empty(arr.shape, dtype=object)
+                for i in np.ndindex(arr.shape):
+                    z[i] = z3_val(arr[i].item())
+                out = [z]
+        elif node.op == "opaque" or node.opdef.z3 is None:
+            raise GraphError(f"operator {node.op} has no Z3 semantics")
+        else:
+            args = [memo[i][j] for i, j in node.inputs]
+            out = [_obj(v) for v in node.opdef.z3(args, node.attrs)]
+        memo[node.id] = out
+    return [memo[i][j] for i, j in refs]
+
+
+def _symbols(inst: Instance) -> dict:
+    import z3
+
+    syms = {}
+    for v in inst.rule.inputs:
+        shape = inst.shapes[v]
+        arr = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            arr[idx] = z3.Real(f"{v}{list(idx)}")
+        syms[f"var:{v}" if v in inst.weight_vars else v] = arr
+    return syms
+
+
+def _num(v: Any) -> float:
+    import z3
+
+    if z3.is_rational_value(v):
+        f = v.as_fraction()
+        return float(Fraction(f.numerator, f.denominator))
+    if z3.is_algebraic_value(v):
+        return float(v.approx(12).as_fraction())
+    return 0.0
+
+
+def _has_uf(exprs: list) -> bool:
+    import z3
+
+    todo, seen = list(exprs), set()
+    while todo:
+        e = todo.pop()
+        if e.get_id() in seen:
+            continue
+        seen.add(e.get_id())
+        if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED and e.num_args() > 0:
+            return True
+        todo.extend(e.children())
+    return False
+
+
+def _summary(arr: np.ndarray, limit: int = 12) -> Any:
+    flat = [round(float(x), 6) for x in np.asarray(arr, dtype=np.float64).ravel()[:limit]]
+    return flat if arr.size > limit else np.asarray(flat).reshape(arr.shape).tolist() if arr.ndim else flat[0]
+
+
+def _counterexample(inst: Instance, kind: str, detail: str, values: Optional[dict] = None) -> dict:
+    ce = {"kind": kind, "instance": inst.describe(), "shapes": {k: list(v) for k, v in inst.shapes.items()},
+          "attrs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in inst.choices.items()},
+          "detail": detail}
+    if values is not None:
+        ce["inputs"] = {k: _summary(np.asarray(v)) for k, v in values.items()}
+    return ce
+
+
+def _numpy_outputs(inst: Instance, tgt: TensorGraph, feeds: dict) -> list:
+    store = inst.graph.store
+    for v in inst.weight_vars:
+        store.nodes[inst.match.tensors[v][0]].value = feeds[v]
+    a = inst.graph.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
+    b = tgt.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
+    return [(np.asarray(x, np.float64), np.asarray(y, np.float64)) for x, y in zip(a, b)]
+
+
+def check_instance(inst: Instance, timeout: float, strict: bool = False) -> tuple:
+    """Prove one instance. Returns (status, detail, counterexample): proven / refuted / unknown / inapplicable."""
+    import z3
+
+    rule = inst.rule
+    if rule.facts:
+        from . import expr as E
+        from .matcher import MatchEnv, graph_index
+
+        env = MatchEnv(inst.match, graph_index(inst.graph))
+        for f in rule.facts:
+            try:
+                holds = bool(E.evaluate(f.expr, env))
+            except E.ExprError as err:
+                return "unknown", f"fact '{f.text}' not evaluable at {inst.describe()}: {err}", None
+            if not holds:
+                return "refuted", f"fact '{f.text}' is false", _counterexample(inst, "fact", f.text)
+    if not rule.tgt_outputs:
+        return "proven", "", None
+    try:
+        mapping = build_target(rule, inst.graph, inst.match)
+    except TypeMismatch as err:
+        return "refuted", str(err), _counterexample(inst, "type", str(err))
+    except GraphError as err:
+        if strict:
+            return "unknown", f"target does not build at {inst.describe()}: {err}", None
+        return "inapplicable", str(err), None
+    tgt = inst.graph.replace(mapping)
+    # fast refutation with concrete numbers
+    ok, detail, feeds = numpy_check(inst)
+    if not ok:
+        return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+    syms = _symbols(inst)
+    memo: dict = {}
+    try:
+        src = z3_evaluate(inst.graph, inst.graph.outputs, syms, memo)
+        dst = z3_evaluate(tgt, tgt.outputs, syms, memo)
+    except GraphError as err:
+        return "unknown", str(err), None
+    from ..graph.ops.elementwise import z3_val
+
+    residual = []
+    for o, (a, b) in enumerate(zip(src, dst)):
+        if a.shape != b.shape:
+            return "refuted", f"output {rule.outputs[o]}: shape {a.shape} vs {b.shape}", \
+                _counterexample(inst, "type", "shape mismatch")
+        for idx in np.ndindex(a.shape):
+            x, y = z3_val(a[idx]), z3_val(b[idx])
+            if x.eq(y):
+                continue
+            d = z3.simplify(x - y, som=True)
+            if z3.is_rational_value(d) and d.as_fraction() == 0:
+                continue
+            residual.append((o, idx, x, y))
+    if not residual:
+        return "proven", "", None
+    s = z3.Solver()
+    s.set("timeout", int(timeout * 1000))
+    s.add(z3.Or([x != y for _, _, x, y in residual]))
+    r = s.check()
+    if r == z3.unsat:
+        return "proven", "", None
+    if r == z3.unknown:
+        return "unknown", f"solver: {s.reason_unknown()} at {inst.describe()}", None
+    model = s.model()
+    values = {}
+    for key, arr in syms.items():
+        v = key[4:] if key.startswith("var:") else key
+        vals = np.empty(arr.shape, dtype=np.float64)
+        for idx in np.ndindex(arr.shape):
+            vals[idx] = _num(model.eval(arr[idx], model_completion=True))
+        values[v] = vals
+    o, idx, x, y = next(((o, i, x, y) for o, i, x, y in residual
+                         if z3.is_true(model.eval(x != y, model_completion=True))), residual[0])
+    detail = f"output {rule.outputs[o]}{list(idx)}: source {model.eval(x, model_completion=True)} vs target " \
+             f"{model.eval(y, model_completion=True)}"
+    try:
+        pairs = _numpy_outputs(inst, tgt, values)
+        confirmed = any(not np.allclose(p, q, rtol=1e-6, atol=1e-9, equal_nan=True) for p, q in pairs)
+    except Exception:  # noqa: BLE001  (NumPy may reject a model value, e.g. sqrt of a negative)
+        confirmed = False
+    if confirmed or not _has_uf([x, y]):
+        return "refuted", detail, _counterexample(inst, "z3", detail, values)
+    return "unknown", f"a counterexample exists only for some uninterpreted function ({detail})", None
+
+
+def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Optional[int] = None,
+                  strict: bool = False, budget: float = BOUNDED_BUDGET_S) -> MethodResult:
+    """The bounded symbolic proof over the rule's instances."""
+    t0 = time.perf_counter()
+    timeout = timeout or rule.verify.timeout
+    proven = 0
+    inapplicable = 0
+    try:
+        for inst in iter_instances(rule, max_instances=max_instances):
+            status, detail, ce = check_instance(inst, timeout, strict)
+            if status == "refuted":
+                return MethodResult("bounded", "refuted", detail, time.perf_counter() - t0, proven + 1, ce)
+            if status == "unknown":
+                return MethodResult("bounded", "unknown", detail, time.perf_counter() - t0, proven)
+            if status == "inapplicable":
+                inapplicable += 1
+            else:
+                proven += 1
+            if time.perf_counter() - t0 > budget:
+                break
+    except NoInstance as err:
+        if proven == 0:
+            return MethodResult("bounded", "unknown", str(err), time.perf_counter() - t0, 0)
+    dt = time.perf_counter() - t0
+    if proven == 0:
+        return MethodResult("bounded", "unknown", f"the target never builds ({inapplicable} instances)", dt, 0)
+    extra = f", target not applicable at {inapplicable}" if inapplicable else ""
+    return MethodResult("bounded", "proven", f"{proven} instances{extra}", dt, proven)
+
+
+# ---------------------------------------------------------------- axioms
+_AXIOM_STATE: dict = {}
+
+
+def load_axioms(path: Optional[Path] = None) -> list:
+    path = Path(path or AXIOMS_FILE)
+    return parse_rules(path.read_text(), str(path)) if path.exists() else []
+
+
+def axioms_digest(axioms: list) -> str:
+    h = hashlib.sha256()
+    for a in axioms:
+        h.update(a.canonical.encode())
+    return h.hexdigest()
+
+
+def _axiom_formulas(axioms: list):
+    from .axiomatic import Encoder, axiom_formulas
+
+    key = axioms_digest(axioms)
+    st = _AXIOM_STATE.get(key)
+    if st is None:
+        enc = Encoder()
+        st = _AXIOM_STATE[key] = (enc, axiom_formulas(enc, axioms))
+    return st
+
+
+def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -> MethodResult:
+    from .axiomatic import axiom_ops, prove
+
+    t0 = time.perf_counter()
+    if not rule.verify.axiomatic:
+        return MethodResult("axiomatic", "skipped", "disabled by the rule (verify.axiomatic: false)")
+    if not axioms:
+        return MethodResult("axiomatic", "skipped", "no axioms")
+    missing = rule.ops - axiom_ops(axioms)
+    if missing:
+        return MethodResult("axiomatic", "skipped", f"no axioms for {', '.join(sorted(missing))}")
+    enc, formulas = _axiom_formulas(axioms)
+    status, detail = prove(rule, axioms, timeout or rule.verify.timeout, formulas=formulas, enc=enc)
+    return MethodResult("axiomatic", status, detail, time.perf_counter() - t0)
+
+
+def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False) -> VerifyResult:
+    """Verify one rule (an axiom gets the bounded proof only, with a target that must build)."""
+    t0 = time.perf_counter()
+    methods = [bounded_check(rule, strict=is_axiom)]
+    if not is_axiom and methods[0].status == "proven":
+        methods.append(axiomatic_check(rule, axioms or []))
+    b = methods[0].status
+    if b == "refuted":
+        status = "refuted"
+    elif b == "proven" and all(m.status in ("proven", "skipped") for m in methods):
+        status = "verified"
+    else:
+        status = "unproven"
+    return VerifyResult(rule.name, status, methods, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- cache
+def cache_path() -> Path:
+    d = os.environ.get("TASO_TVM_CACHE_DIR")
+    base = Path(d) if d else Path.home() / ".cache" / "taso_tvm"
+    return base / "rules.json"
+
+
+class Cache:
+    """Verification results by rule hash, in a JSON file (merged and replaced atomically on write)."""
+
+    def __init__(self, path: Optional[Path] = None):
+        self.path = Path(path) if path else cache_path()
+        self.data = self._read()
+
+    def _read(self) -> dict:
+        try:
+            d = json.loads(self.path.read_text())
+            return d if isinstance(d, dict) and d.get("version") == VERIFIER_VERSION else {"version": VERIFIER_VERSION}
+        except (OSError, ValueError):
+            return {"version": VERIFIER_VERSION}
+
+    def get(self, key: str) -> Optional[VerifyResult]:
+        d = self.data.get("results", {}).get(key)
+        return VerifyResult.from_dict(d) if d else None
+
+    def put_many(self, items: dict) -> None:
+        if not items:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            disk = self._read()
+            disk.setdefault("results", {}).update({k: v.to_dict() for k, v in items.items()})
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".rules-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(disk, f)
+            os.replace(tmp, self.path)
+            self.data = disk
+        except OSError as err:
+            log.warning("cannot write the rule cache %s: %s", self.path, err)
+
+
+def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
+    h = hashlib.sha256()
+    h.update(VERIFIER_VERSION.encode())
+    h.update(b"axiom" if is_axiom else b"rule")
+    h.update(rule.canonical.encode())
+    if not is_axiom:
+        h.update(axioms_hash.encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- batch verification
+_POOL_WORK: dict = {}
+
+
+def _work(i: int) -> tuple:
+    rules, axioms, is_axiom = _POOL_WORK["job"]
+    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
+    return i, verify_rule(rules[i], axioms, is_axiom)
+
+
+def _run(rules: list, axioms: list, is_axiom: bool, jobs: int) -> list:
+    if jobs <= 1 or len(rules) <= 1:
+        return [verify_rule(r, axioms, is_axiom) for r in rules]
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        return [verify_rule(r, axioms, is_axiom) for r in rules]
+    _POOL_WORK["job"] = (rules, axioms, is_axiom)
+    out: list = [None] * len(rules)
+    try:
+        with ctx.Pool(min(jobs, len(rules))) as pool:
+            for i, res in pool.imap_unordered(_work, range(len(rules))):
+                out[i] = res
+    finally:
+        _POOL_WORK.pop("job", None)
+    return out
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def verify_axioms(axioms: Optional[list] = None, jobs: Optional[int] = None, use_cache: bool = True,
+                  cache: Optional[Cache] = None) -> tuple[list, list]:
+    """Bounded-check the axioms; returns (verified axioms, results)."""
+    axioms = load_axioms() if axioms is None else axioms
+    results = _verify_batch(axioms, [], True, jobs, use_cache, cache)
+    good = [a for a, r in zip(axioms, results) if r.ok]
+    for a, r in zip(axioms, results):
+        if not r.ok:
+            log.error("axiom %s is %s (%s); it is not used", a.name, r.status, r.methods[0].detail)
+    return good, results
+
+
+def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int], use_cache: bool,
+                  cache: Optional[Cache]) -> list:
+    cache = cache or (Cache() if use_cache else None)
+    ah = axioms_digest(axioms)
+    keys = [rule_key(r, ah, is_axiom) for r in rules]
+    results: list = [None] * len(rules)
+    todo = []
+    for i, (r, k) in enumerate(zip(rules, keys)):
+        hit = cache.get(k) if cache is not None else None
+        if hit is not None:
+            hit.digest = k
+            results[i] = hit
+        else:
+            todo.append(i)
+    if todo:
+        log.info("verifying %d %s(s)", len(todo), "axiom" if is_axiom else "rule")
+        fresh = _run([rules[i] for i in todo], axioms, is_axiom, jobs or default_jobs())
+        store = {}
+        for i, res in zip(todo, fresh):
+            res.digest = keys[i]
+            results[i] = res
+            if res.status in ("verified", "refuted"):
+                store[keys[i]] = res
+        if cache is not None:
+            cache.put_many(store)
+    return results
+
+
+def verify_rules(rules: list, jobs: Optional[int] = None, use_cache: bool = True,
+                 axioms: Optional[list] = None, cache: Optional[Cache] = None) -> list:
+    """Verify rules (cached by rule hash). Axioms default to the shipped ones, themselves verified first."""
+    cache = cache or (Cache() if use_cache else None)
+    if axioms is None:
+        axioms, _ = verify_axioms(jobs=jobs, use_cache=use_cache, cache=cache)
+    return _verify_batch(rules, axioms, False, jobs, use_cache, cache)
