@@ -236,8 +236,9 @@ def _graph_from(graph: TensorGraph, like: Graph) -> Graph:
     return out
 
 
-def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: float = 1.05, budget: int = 64,
-             time_limit: Optional[float] = None, target: Any = None, region_size: int = 48) -> Any:
+def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
+             budget: Optional[int] = None, time_limit: Optional[float] = None, target: Any = None,
+             region_size: Optional[int] = None, config: Optional[str] = None) -> Any:
     """Optimize an IRModule, an ONNX model (ModelProto) or a builder graph; returns the same kind.
 
     rules: RuleSet / rule file(s) / None (the shipped, verified library). cost: a cost model, a backend name
@@ -249,7 +250,7 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: float = 1.05,
     from .relay_pass.taso_pass import TasoOptimize
 
     settings = dict(rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
-                    region_size=region_size, target=target)
+                    region_size=region_size, target=target, config=config)
     if isinstance(obj, tvm.IRModule):
         return TasoOptimize(**settings)(obj)
     if isinstance(obj, onnx.ModelProto):
@@ -261,9 +262,19 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: float = 1.05,
         from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
         from .search import SearchConfig, optimize_graph
 
-        cfg = SearchConfig(alpha=alpha, budget=budget, time_limit=time_limit, region_size=region_size)
+        from .relay_pass.settings import resolve_settings
+
+        s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                             region_size=region_size)
+        cfg = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
+                           region_size=s["region_size"])
         tgt = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
-        best, _ = optimize_graph(obj.to_tensor_graph(), _resolve_rules(rules), _resolve_cost(cost, tgt), cfg)
+        model, owned = _resolve_cost(s["cost"], tgt)
+        try:
+            best, _ = optimize_graph(obj.to_tensor_graph(), _resolve_rules(s["rules"]), model, cfg)
+        finally:
+            if owned:
+                model.close()
         return _graph_from(best, obj)
     raise TypeError(f"optimize() takes a tvm.IRModule, an onnx.ModelProto or a taso_tvm graph, not "
                     f"{type(obj).__name__}")

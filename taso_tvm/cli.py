@@ -79,10 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--input-shapes", help='fix input shapes: "name:[1,3,224,224],mask:[1,128]"')
     g.set_defaults(func=cmd_graph)
     add_model_commands(sub)
+    c = sub.add_parser("cost", help="cost of each kernel of a model and the total (TASO's cost())",
+                       add_help=False)
+    c.add_argument("rest", nargs=argparse.REMAINDER)
+    c.set_defaults(func=lambda a: _delegate("taso_tvm.cost.cli", ["cost"] + a.rest))
     return p
 
 
+DELEGATED = {"cost": "taso_tvm.cost.cli"}
+
+
+def _delegate(module: str, argv: list) -> int:
+    """Run a sub-tool's own command line (cost, rules), which parses its arguments itself."""
+    import importlib
+
+    return int(importlib.import_module(module).main(argv) or 0)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:  # sub-tools with their own command lines
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return _delegate(DELEGATED[argv[0]], argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

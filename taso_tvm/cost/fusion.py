@@ -32,18 +32,19 @@ from collections import OrderedDict
 from typing import Optional
 
 from ..graph.tensor_graph import NodeStore, TensorGraph
+from .graph_partitioner import MAX_FUSE_DEPTH, fuse
 from .kernel import Kernel, KernelSig, freeze_attrs
-from .patterns import (BROADCAST, COMM_REDUCE, ELEMWISE, INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE, TUPLE, expand)
+from .patterns import INJECTIVE, expand
 
-MAX_FUSE_DEPTH = 256
 
 
 class _StoreMemo:
-    __slots__ = ("info", "weight_only", "sigs", "graphs")
+    __slots__ = ("info", "weight_only", "attrs", "sigs", "graphs")
 
     def __init__(self) -> None:
         self.info: dict[int, Optional[tuple]] = {}
         self.weight_only: dict[int, bool] = {}
+        self.attrs: dict[int, tuple] = {}  # id(attrs dict) -> frozen attrs (remade nodes share their dict)
         self.sigs: dict[tuple, KernelSig] = {}
         self.graphs: OrderedDict = OrderedDict()
 
@@ -84,9 +85,20 @@ class Partitioner:
         return wo
 
     def _info(self, graph: TensorGraph, memo: _StoreMemo, node) -> Optional[tuple]:
+        """(sub-node patterns, TupleGetItem count), or None for sources and weight-only nodes. Nodes come in
+        topological order, so the inputs' weight-only flags are known."""
         if node.id in memo.info:
             return memo.info[node.id]
-        if node.op in ("input", "weight") or self._weight_only(graph, memo, node.id):
+        wmemo = memo.weight_only
+        op = node.op
+        if op == "weight":
+            wo = True
+        elif op in ("input", "opaque") or not node.inputs:
+            wo = False
+        else:
+            wo = all(wmemo[i] if i in wmemo else self._weight_only(graph, memo, i) for i, _ in node.inputs)
+        wmemo[node.id] = wo
+        if op in ("input", "weight") or wo:
             inf = None
         else:
             in_types = [graph.type(r) for r in node.inputs]
@@ -169,7 +181,7 @@ class Partitioner:
                     if c == -1 or c not in members:
                         out_refs.append((nid, t))
                         break
-        key = (tuple(sorted(members)), tuple(out_refs))
+        key = (frozenset(members), tuple(out_refs))
         sig = memo.sigs.get(key)
         if root not in members:
             root = nodes[-1]
@@ -180,6 +192,7 @@ class Partitioner:
 
     def _signature(self, graph: TensorGraph, memo: _StoreMemo, members: set, nodes: list[int], root: int,
                    out_refs: list) -> tuple[KernelSig, list[int]]:
+        store_nodes = graph.store.nodes
         order: list[int] = []
         seen: set[int] = set()
         for start in [root] + nodes:
@@ -189,7 +202,7 @@ class Partitioner:
             seen.add(start)
             while stack:
                 nid, k = stack[-1]
-                ins = graph.node(nid).inputs
+                ins = store_nodes[nid].inputs
                 if k < len(ins):
                     stack[-1] = (nid, k + 1)
                     child = ins[k][0]
@@ -203,8 +216,9 @@ class Partitioner:
         ext: dict[tuple, int] = {}
         inputs = []
         specs = []
+        frozen = memo.attrs
         for nid in order:
-            node = graph.node(nid)
+            node = store_nodes[nid]
             refs = []
             for ref in node.inputs:
                 if ref[0] in local:
@@ -219,155 +233,12 @@ class Partitioner:
             if node.op == "opaque":  # its signature carries its output types (it cannot be re-inferred)
                 attrs = (("key", node.attrs["key"]), ("types", tuple((tuple(t.shape), t.dtype) for t in node.types)))
             else:
-                attrs = freeze_attrs(node.attrs)
+                attrs = frozen.get(id(node.attrs))
+                if attrs is None:
+                    attrs = frozen[id(node.attrs)] = freeze_attrs(node.attrs)
             specs.append((node.op, attrs, tuple(refs)))
         if out_refs:
             outputs = tuple(sorted((local[i], t) for i, t in out_refs))
         else:
             outputs = tuple((local[root], t) for t in range(len(graph.node(root).types)))
         return KernelSig.make(tuple(specs), tuple(inputs), outputs), order
-
-
-def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int = MAX_FUSE_DEPTH) -> list[int]:
-    """TVM's GraphPartitioner on a forward graph given in topological order; returns each node's group root.
-
-    `pats[i]` is node i's pattern, `outs[i]` its (consumer, edge pattern) list, `extern[i]` whether its value is
-    used outside the dataflow block.
-    """
-    n = len(pats)
-    # ---- post-dominator tree (reverse topological order; LCA of the consumers)
-    dparent = [-1] * n
-    depth = [1] * n
-    dpat = [ELEMWISE] * n
-    for i in range(n - 1, -1, -1):
-        if extern[i]:
-            dpat[i] = OPAQUE
-            continue
-        links = outs[i]
-        if not links:
-            continue
-        par, p = links[0]
-        for c, ep in links[1:]:
-            lhs, rhs = par, c
-            while lhs != rhs:
-                if lhs < 0 or rhs < 0:
-                    lhs = -1
-                    break
-                dl, dr = depth[lhs], depth[rhs]
-                if dl < dr:
-                    if dpat[rhs] > p:
-                        p = dpat[rhs]
-                    rhs = dparent[rhs]
-                elif dr < dl:
-                    if dpat[lhs] > p:
-                        p = dpat[lhs]
-                    lhs = dparent[lhs]
-                else:
-                    p = max(p, dpat[lhs], dpat[rhs])
-                    lhs = dparent[lhs]
-                    rhs = dparent[rhs]
-            par = lhs
-            if ep > p:
-                p = ep
-        dparent[i] = par
-        depth[i] = depth[par] + 1 if par >= 0 else 1
-        dpat[i] = p
-
-    # ---- union-find groups
-    gparent = list(range(n))
-    gpat = list(pats)
-    anchor = [p == OUT_EWISE_FUSABLE for p in pats]
-    num = [1] * n
-
-    def find(i: int) -> int:
-        r = i
-        while gparent[r] != r:
-            r = gparent[r]
-        while gparent[i] != r:
-            gparent[i], i = r, gparent[i]
-        return r
-
-    def check_path(src: int, sink: int, limit: int, sink_limit: int) -> bool:
-        """Every group between src and sink has pattern <= limit, the sink's group <= sink_limit."""
-        links = outs[src]
-        if len(links) == 1 and links[0][0] == sink:
-            return gpat[find(sink)] <= sink_limit
-        visited = set()
-        stack = [c for c, _ in links]
-        while stack:
-            v = stack.pop()
-            if v in visited:
-                continue
-            visited.add(v)
-            if v == sink:
-                if gpat[find(v)] > sink_limit:
-                    return False
-                continue
-            if gpat[find(v)] > limit:
-                return False
-            stack.extend([c for c, _ in outs[v]])
-        return True
-
-    def commit(src: int, sink: int) -> None:
-        target = find(sink)
-        visited = set()
-        stack = [src]
-        while stack:
-            v = stack.pop()
-            if v == sink or v in visited:
-                continue
-            visited.add(v)
-            c = find(v)
-            if c != target:
-                num[target] += num[c]
-                gparent[c] = target
-                if anchor[c]:
-                    anchor[target] = True
-                    if gpat[c] > gpat[target]:
-                        gpat[target] = gpat[c]
-            stack.extend([c for c, _ in outs[v]])
-
-    def too_deep(child: int, dom: int) -> bool:
-        # cheap exact test first: the nodes between child and dom lie in index range [child, dom)
-        if num[find(dom)] + sum(num[child:dom]) <= max_depth:
-            return False
-        total = num[find(dom)]
-        visited = set()
-        stack = [child]
-        while stack:
-            v = stack.pop()
-            if v == dom or v in visited:
-                continue
-            visited.add(v)
-            total += num[v]
-            stack.extend([c for c, _ in outs[v]])
-        return total > max_depth
-
-    for phase in range(3):
-        for i in range(n):
-            gp = gpat[i]
-            dom = dparent[i]
-            if gp == OPAQUE or dom < 0:
-                continue
-            if phase == 2:
-                if gp > INJECTIVE or gpat[dom] != TUPLE:
-                    continue  # (no tuple nodes arise from TensorGraphs; kept for fidelity)
-                droot = find(dom)
-                if gpat[droot] <= INJECTIVE and gpat[droot] != TUPLE and not too_deep(i, dom) \
-                        and check_path(i, dom, INJECTIVE, INJECTIVE):
-                    commit(i, dom)
-                continue
-            if gpat[dom] == TUPLE or find(i) == find(dom):
-                continue
-            if gp == OUT_EWISE_FUSABLE:
-                if phase == 0 and dpat[i] == ELEMWISE and not too_deep(i, dom) \
-                        and check_path(i, dom, BROADCAST, BROADCAST):
-                    commit(i, dom)
-            elif gp <= BROADCAST:
-                if (dpat[i] <= INJECTIVE or dpat[i] == COMM_REDUCE) and not too_deep(i, dom) \
-                        and check_path(i, dom, INJECTIVE, OUT_EWISE_FUSABLE):
-                    commit(i, dom)
-            elif gp == INJECTIVE or gp == TUPLE:
-                if phase == 1 and not too_deep(i, dom) and check_path(i, dom, INJECTIVE, INJECTIVE):
-                    commit(i, dom)
-    return [find(i) for i in range(n)]

@@ -10,7 +10,7 @@ are one object with a precomputed hash.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional
+from typing import Optional
 
 from ..graph.tensor_graph import NodeStore
 from ..graph.types import TensorType
@@ -89,7 +89,9 @@ class KernelSig:
                     out = f"->[{','.join(str(d) for d in shape)}]"
                 except Exception:  # noqa: BLE001  (a label must never fail)
                     out = ""
-            self._label = f"{'+'.join(self.ops)} {dt}{ins}{out}"
+            ops = [op + (f"+{a['activation']}" if a.get("activation", "none") != "none" else "")
+                   for op, a in ((n[0], dict(n[1])) for n in self.nodes)]
+            self._label = f"{'+'.join(ops)} {dt}{ins}{out}"
         return self._label
 
     def __repr__(self) -> str:
@@ -110,10 +112,6 @@ class Kernel:
 
 def freeze_attrs(attrs: dict) -> tuple:
     return tuple(sorted(attrs.items()))
-
-
-def spec_attrs(spec: NodeSpec) -> dict[str, Any]:
-    return dict(spec[1])
 
 
 def rebuild(sig: KernelSig) -> tuple[NodeStore, list, list]:

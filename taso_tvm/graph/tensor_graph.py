@@ -186,6 +186,20 @@ class TensorGraph:
     def num_ops(self) -> int:
         return len(self.ops())
 
+    def weight_only_ids(self) -> frozenset:
+        """Ids of the computation nodes whose inputs are all weights (folded to constants when lowered)."""
+        wo: set[int] = set()
+        for n in self.topo_order():
+            if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs and
+                                    all(i in wo for i, _ in n.inputs)):
+                wo.add(n.id)
+        return frozenset(i for i in wo if self.store.nodes[i].op != "weight")
+
+    @property
+    def num_runtime_ops(self) -> int:
+        """Operators that run on activations: computation nodes that are not weight-only."""
+        return self.num_ops - len(self.weight_only_ids())
+
     def structural_hash(self) -> int:
         if self._hash is None:
             self._hash = hash((self.node_ids, self.outputs))

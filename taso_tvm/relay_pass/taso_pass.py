@@ -61,13 +61,13 @@ def _target_spec(target: Optional[tvm.target.Target]) -> Optional[str]:
     return "cuda" if target.kind.name == "cuda" else "llvm"
 
 
-def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]):
-    """A callable graph -> cost from: a cost model (with `graph_cost`), a callable, a backend name ("analytic",
-    "tvm", "ort"), a cost config file, or None (the default config, measuring on `target`)."""
-    if hasattr(cost, "graph_cost"):
-        return cost.graph_cost
-    if callable(cost):
-        return cost
+def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]) -> tuple[Any, bool]:
+    """(cost, owned): a cost model or callable for the search, and whether we made it (and must close it).
+
+    `cost` is a cost model (with `graph_cost`), a callable graph -> float, a backend name ("analytic", "tvm",
+    "ort"), a cost config file, or None (the default config, measuring on `target`)."""
+    if hasattr(cost, "graph_cost") or callable(cost):
+        return cost, False
     from ..cost import CostModel, load_cost_config
     from ..cost.config import BACKENDS
 
@@ -81,7 +81,7 @@ def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]):
         cfg = load_cost_config(backend=cost, **overrides)
     else:
         cfg = load_cost_config(cost, **overrides)
-    return CostModel(cfg).graph_cost
+    return CostModel(cfg), True
 
 
 @tvm.transform.module_pass(opt_level=0, name="TasoOptimize")
@@ -124,10 +124,14 @@ class TasoOptimize:
     def transform_module(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
         if self._rules is None:
             self._rules = _resolve_rules(self._rules_arg)
-        if self._cost is None:
-            self._cost = _resolve_cost(self._cost_arg, self._target_now())
+        self._cost, owned = _resolve_cost(self._cost_arg, self._target_now())
         self.report = PassReport()
-        out = rewrite_module(mod, self._search_block, fold_weights=True)
+        try:
+            out = rewrite_module(mod, self._search_block, fold_weights=True)
+        finally:
+            if owned:
+                self._cost.close()  # stops the cost model's build workers
+            self._cost = None
         out = relax.transform.DeadCodeElimination()(out)
         applied = Counter()
         for s in self.report.blocks:

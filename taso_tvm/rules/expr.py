@@ -542,3 +542,41 @@ def evaluate(e: Expr, env: Env) -> Any:
         except (TypeError, ZeroDivisionError) as err:
             raise ExprError(f"cannot compute {to_text(e)}: {err}") from None
     raise ExprError(f"cannot evaluate {e!r}")
+
+
+# ---------------------------------------------------------------- compilation to closures (the matcher's hot path)
+def compile_expr(e: Expr) -> Callable[[Env], Any]:
+    """The expression as a function of an Env; same results and errors as `evaluate`, without the AST walk."""
+    if isinstance(e, Const):
+        v = e.value
+        return lambda env: v
+    if isinstance(e, Name):
+        n = e.id
+        return lambda env: env.lookup(n)
+    if isinstance(e, ListExpr):
+        items = [compile_expr(i) for i in e.items]
+        return lambda env: tuple(f(env) for f in items)
+    if isinstance(e, Call) and not e.kwargs and not e.splats and e.func in _TENSOR_FNS \
+            and len(e.args) == _TENSOR_ARITY[e.func] and isinstance(e.args[0], Name):
+        t = e.args[0].id
+        if e.func == "weight":
+            return lambda env: env.is_weight(t) if env.is_tensor(t) else evaluate(e, env)
+        if e.func == "ndim":
+            return lambda env: len(env.tensor_type(t).shape) if env.is_tensor(t) else evaluate(e, env)
+        if e.func == "dim" and isinstance(e.args[1], Const) and isinstance(e.args[1].value, int):
+            i = e.args[1].value
+            return lambda env: _dim(env, t, i) if env.is_tensor(t) else evaluate(e, env)
+    if isinstance(e, Binary):
+        a, b = compile_expr(e.left), compile_expr(e.right)
+        if e.op == "and":
+            return lambda env: bool(a(env)) and bool(b(env))
+        if e.op == "or":
+            return lambda env: bool(a(env)) or bool(b(env))
+        if e.op == "==":
+            return lambda env: a(env) == b(env)
+        if e.op == "!=":
+            return lambda env: a(env) != b(env)
+    if isinstance(e, Unary) and e.op == "not":
+        f = compile_expr(e.operand)
+        return lambda env: not f(env)
+    return lambda env: evaluate(e, env)

@@ -128,6 +128,8 @@ def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1) -> lis
         return _factor_shapes(math.prod(in_types[0].shape))
     if key == "epsilon":
         return [1e-5, 1e-3]
+    if key == "momentum":
+        return [0.1, 0.9]
     if op == "mean":
         if key == "axes":
             return [tuple(c) for r in range(1, nd + 1) for c in itertools.combinations(range(nd), r)]
@@ -142,6 +144,12 @@ def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1) -> lis
     if op == "merge_gconv":
         return [1, 2, 4]
     return []
+
+
+def _default_value(op: str, key: str) -> list:
+    """Fallback domain: the attribute's default value, when it has one."""
+    d = OPS[op].attrs.get(key)
+    return [] if d is None else [d]
 
 
 class _BuildEnv(E.Env):
@@ -207,7 +215,8 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
                         except E.ExprError:
                             pass
                     if spec.value not in choices:
-                        dom = rule.verify.attrs.get(spec.value) or default_domain(p.op, k, in_types, p.n_outputs)
+                        dom = rule.verify.attrs.get(spec.value) or default_domain(p.op, k, in_types, p.n_outputs) \
+                            or _default_value(p.op, k)
                         if not dom:
                             raise NoInstance(f"no domain for attribute variable '{spec.value}' ({p.op}.{k}); "
                                              "give verify.attrs")
@@ -226,7 +235,8 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
                         if k in p.attrs:
                             continue
                         name = f"{p.splat}.{k}"
-                        dom = rule.verify.attrs.get(name) or default_domain(p.op, k, in_types, p.n_outputs)
+                        dom = rule.verify.attrs.get(name) or default_domain(p.op, k, in_types, p.n_outputs) \
+                            or _default_value(p.op, k)
                         if not dom:
                             raise NoInstance(f"no domain for {name}; give verify.attrs")
                         g[k] = choices[name] = choose(name, list(dom))

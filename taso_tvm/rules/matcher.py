@@ -103,11 +103,14 @@ def _norm_attr(op: str, key: str, value: Any, in_types) -> Any:
 
 
 def _const_equal(op: str, key: str, const: Any, node, in_types) -> bool:
-    """Does the pattern constant denote the node's (canonical) attribute value?"""
-    have = _norm_attr(op, key, node.attrs[key], in_types)
+    """Does the pattern constant denote the node's (canonical) attribute value? `in_types`: list or callable."""
+    have = node.attrs[key]
     if have == const:
         return True
-    if _norm_attr(op, key, const, in_types) == have:
+    if callable(in_types):
+        in_types = in_types()
+    have = _norm_attr(op, key, have, in_types)
+    if have == const or _norm_attr(op, key, const, in_types) == have:
         return True
     ck = (op, key, const, tuple(sorted(node.attrs.items())), tuple(in_types))
     hit = _CANON_CACHE.get(ck)
@@ -177,7 +180,14 @@ class _Compiled:
             if ref.kind == "src" and ref.name in rule.src_names:
                 self.target_reads.add(_key(rule.src_names[ref.name]))
         self.symmetries = _symmetries(rule)
-        self.deferred = [(p.index, k, s.value) for p in src for k, s in p.attrs.items() if s.kind == "expr"]
+        self.deferred = [(p.index, k, E.compile_expr(s.value)) for p in src for k, s in p.attrs.items()
+                         if s.kind == "expr"]
+        self.where = [E.compile_expr(c.expr) for c in rule.where]
+        # per pattern node: constant attributes (checked before any state is copied) and variable attributes
+        self.consts = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "const"] for p in src]
+        self.vars = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "var"] for p in src]
+        self.perms = [[(0, 1), (1, 0)] if p.op in COMMUTATIVE and len(p.args) == 2 else [tuple(range(len(p.args)))]
+                      for p in src]
 
 
 def _key(a: ArgRef) -> tuple:
@@ -204,7 +214,7 @@ def _symmetries(rule: Rule) -> list:
             total *= k
     if total > 720:
         return []
-    where_texts = sorted(E.to_text(c.expr) for c in rule.where)
+    where_texts = _constraint_key(rule.where, None)
     out_set = set(rule.outputs)
     perms_per_group = [list(itertools.permutations(g)) for g in groups.values()]
     keys = list(groups.values())
@@ -219,12 +229,28 @@ def _symmetries(rule: Rule) -> list:
         if ren is None:
             continue
         r = lambda s: ren.get(s, s)  # noqa: E731
-        if sorted(E.to_text(c.expr, r) for c in rule.where) != where_texts:
+        if _constraint_key(rule.where, r) != where_texts:
             continue
         if {r(o) for o in rule.outputs} != out_set:
             continue
         found.append(tuple(sigma[i] for i in range(len(src))))
     return found
+
+
+def _constraint_key(where: list, rename) -> list:
+    """The constraints as a sorted list of conjunct texts, with == / != operands in canonical order."""
+    parts = []
+    todo = [c.expr for c in where]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, E.Binary) and e.op == "and":
+            todo += [e.left, e.right]
+        elif isinstance(e, E.Binary) and e.op in ("==", "!="):
+            a, b = sorted((E.to_text(e.left, rename), E.to_text(e.right, rename)))
+            parts.append(f"{a} {e.op} {b}")
+        else:
+            parts.append(E.to_text(e, rename))
+    return sorted(parts)
 
 
 def _induced_renaming(src: list, sigma: dict) -> Optional[dict]:
@@ -284,21 +310,21 @@ class _State:
         return _State(dict(self.nodes), set(self.used), dict(self.tensors), dict(self.attrs), dict(self.splats))
 
 
-def _bind_attrs(p: PNode, node, in_types, st: _State) -> bool:
+def _bind_attrs(p: PNode, var_attrs: list, node, in_types, st: _State) -> bool:
     op = p.op
-    for k, spec in p.attrs.items():
-        if spec.kind == "const":
-            if not _const_equal(op, k, spec.value, node, in_types):
-                return False
-        elif spec.kind == "var":
-            v = _norm_attr(op, k, node.attrs[k], in_types)
-            have = st.attrs.get(spec.value, _MISSING)
-            if have is _MISSING:
-                st.attrs[spec.value] = v
-            elif have != v:
-                return False
+    axis_op = op in AXIS_ATTRS
+    for k, name in var_attrs:
+        v = node.attrs[k]
+        if axis_op:
+            v = _norm_attr(op, k, v, in_types)
+        have = st.attrs.get(name, _MISSING)
+        if have is _MISSING:
+            st.attrs[name] = v
+        elif have != v:
+            return False
     if p.splat is not None:
-        group = {k: _norm_attr(op, k, v, in_types) for k, v in node.attrs.items() if k not in p.attrs}
+        group = {k: (_norm_attr(op, k, v, in_types) if axis_op else v) for k, v in node.attrs.items()
+                 if k not in p.attrs}
         have = st.splats.get(p.splat)
         if have is None:
             st.splats[p.splat] = group
@@ -310,18 +336,22 @@ def _bind_attrs(p: PNode, node, in_types, st: _State) -> bool:
 _MISSING = object()
 
 
-def _try_bind(p: PNode, nid: int, st: _State, index: GraphIndex):
+def _try_bind(comp: "_Compiled", p: PNode, nid: int, st: _State, index: GraphIndex):
     """Yield (state, pending) for each way pattern node p can bind graph node nid."""
     node = index.nodes[nid]
     if node.op != p.op or nid in st.used or len(node.inputs) != len(p.args) or len(node.types) != p.n_outputs:
         return
-    in_types = [index.type(r) for r in node.inputs]
+    types = index.nodes
+    in_types = [types[i].types[j] for i, j in node.inputs]
+    for k, const in comp.consts[p.index]:
+        if not _const_equal(p.op, k, const, node, in_types):
+            return
     base = st.copy()
-    if not _bind_attrs(p, node, in_types, base):
+    if not _bind_attrs(p, comp.vars[p.index], node, in_types, base):
         return
     base.nodes[p.index] = nid
     base.used.add(nid)
-    perms = [(0, 1), (1, 0)] if p.op in COMMUTATIVE and len(p.args) == 2 else [tuple(range(len(p.args)))]
+    perms = comp.perms[p.index]
     for perm in perms:
         s = base.copy() if len(perms) > 1 else base
         pending = []
@@ -390,7 +420,7 @@ def _search(comp: _Compiled, st: _State, pending: list, index: GraphIndex):
             if st.nodes[p_idx] == nid:
                 yield from _search(comp, st, rest, index)
             return
-        for s, more in _try_bind(comp.rule.source[p_idx], nid, st, index):
+        for s, more in _try_bind(comp, comp.rule.source[p_idx], nid, st, index):
             yield from _search(comp, s, rest + more, index)
         return
     if len(st.nodes) == comp.n:
@@ -400,7 +430,7 @@ def _search(comp: _Compiled, st: _State, pending: list, index: GraphIndex):
     if p_idx is None:
         return
     for nid in cands:
-        for s, more in _try_bind(comp.rule.source[p_idx], nid, st, index):
+        for s, more in _try_bind(comp, comp.rule.source[p_idx], nid, st, index):
             yield from _search(comp, s, more, index)
 
 
@@ -412,14 +442,14 @@ def _complete(comp: _Compiled, st: _State, index: GraphIndex, check_interior: bo
     m = Match(rule, dict(st.nodes), tensors, dict(st.attrs), dict(st.splats))
     env = MatchEnv(m, index)
     try:
-        for p_idx, k, e in comp.deferred:
+        for p_idx, k, fn in comp.deferred:
             node = index.nodes[st.nodes[p_idx]]
             in_types = [index.type(r) for r in node.inputs]
-            want = freeze(E.evaluate(e, env))
+            want = freeze(fn(env))
             if not _const_equal(rule.source[p_idx].op, k, want, node, in_types):
                 return None
-        for c in rule.where:
-            if not E.evaluate(c.expr, env):
+        for fn in comp.where:
+            if not fn(env):
                 return None
     except E.ExprError as err:
         log.debug("rule %s: constraint not evaluable on a match: %s", rule.name, err)
@@ -451,12 +481,13 @@ def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = N
         return []
     out: list[Match] = []
     seen: set = set()
+    inputs = rule.inputs
     for nid in cands:
         st0 = _State({}, set(), {}, {}, {})
-        for st, pending in _try_bind(anchor, nid, st0, index):
+        for st, pending in _try_bind(comp, anchor, nid, st0, index):
             for full in _search(comp, st, pending, index):
                 key = tuple(full.nodes[i] for i in range(comp.n))
-                tkey = (key, tuple(sorted(full.tensors.items())))
+                tkey = (key, tuple(full.tensors.get(v) for v in inputs))
                 if tkey in seen:
                     continue
                 seen.add(tkey)

@@ -185,8 +185,10 @@ def _numpy_outputs(inst: Instance, tgt: TensorGraph, feeds: dict) -> list:
     return [(np.asarray(x, np.float64), np.asarray(y, np.float64)) for x, y in zip(a, b)]
 
 
-def check_instance(inst: Instance, timeout: float, strict: bool = False) -> tuple:
-    """Prove one instance. Returns (status, detail, counterexample): proven / refuted / unknown / inapplicable."""
+def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric_first: bool = True) -> tuple:
+    """Prove one instance. Returns (status, detail, counterexample): proven / refuted / unknown / inapplicable.
+
+    `numeric_first`: try random numbers with NumPy first (a concrete counterexample, found fast)."""
     import z3
 
     rule = inst.rule
@@ -213,10 +215,10 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False) -> tupl
             return "unknown", f"target does not build at {inst.describe()}: {err}", None
         return "inapplicable", str(err), None
     tgt = inst.graph.replace(mapping)
-    # fast refutation with concrete numbers
-    ok, detail, feeds = numpy_check(inst)
-    if not ok:
-        return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+    if numeric_first:  # fast refutation with concrete numbers
+        ok, detail, feeds = numpy_check(inst)
+        if not ok:
+            return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
     syms = _symbols(inst)
     memo: dict = {}
     try:
@@ -244,11 +246,12 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False) -> tupl
     s = z3.Solver()
     s.set("timeout", int(timeout * 1000))
     s.add(z3.Or([x != y for _, _, x, y in residual]))
-    r = s.check()
-    if r == z3.unsat:
+    # the check runs in a child under a hard deadline; a satisfiable query is re-run here for its model
+    verdict, why = _with_deadline(lambda: (str(s.check()), s.reason_unknown()), 2 * timeout + 2.0)
+    if verdict == "unsat":
         return "proven", "", None
-    if r == z3.unknown:
-        return "unknown", f"solver: {s.reason_unknown()} at {inst.describe()}", None
+    if verdict != "sat" or s.check() != z3.sat:
+        return "unknown", f"solver: {why} at {inst.describe()}", None
     model = s.model()
     values = {}
     for key, arr in syms.items():
@@ -272,7 +275,7 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False) -> tupl
 
 
 def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Optional[int] = None,
-                  strict: bool = False, budget: float = BOUNDED_BUDGET_S) -> MethodResult:
+                  strict: bool = False, budget: float = BOUNDED_BUDGET_S, numeric_first: bool = True) -> MethodResult:
     """The bounded symbolic proof over the rule's instances."""
     t0 = time.perf_counter()
     timeout = timeout or rule.verify.timeout
@@ -280,7 +283,7 @@ def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Op
     inapplicable = 0
     try:
         for inst in iter_instances(rule, max_instances=max_instances):
-            status, detail, ce = check_instance(inst, timeout, strict)
+            status, detail, ce = check_instance(inst, timeout, strict, numeric_first)
             if status == "refuted":
                 return MethodResult("bounded", "refuted", detail, time.perf_counter() - t0, proven + 1, ce)
             if status == "unknown":
@@ -339,9 +342,54 @@ def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -
     missing = rule.ops - axiom_ops(axioms)
     if missing:
         return MethodResult("axiomatic", "skipped", f"no axioms for {', '.join(sorted(missing))}")
+    limit = timeout or rule.verify.timeout
     enc, formulas = _axiom_formulas(axioms)
-    status, detail = prove(rule, axioms, timeout or rule.verify.timeout, formulas=formulas, enc=enc)
+    status, detail = _with_deadline(lambda: prove(rule, axioms, limit, formulas=formulas, enc=enc),
+                                    2 * limit + 2.0)
     return MethodResult("axiomatic", status, detail, time.perf_counter() - t0)
+
+
+def _with_deadline(fn, seconds: float) -> tuple:
+    """Run fn() -> (status, detail) in a forked child killed after `seconds`: Z3's own timeout is not always
+    honoured while it instantiates quantifiers. Without fork, runs in-process."""
+    if not hasattr(os, "fork"):
+        return fn()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            try:
+                out = fn()
+            except Exception as err:  # noqa: BLE001
+                out = ("unknown", f"error: {err}")
+            os.write(w, json.dumps(list(out)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + seconds
+    while True:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            os.close(r)
+            return "unknown", f"solver did not stop within {seconds:.0f} s"
+        time.sleep(0.002)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    try:
+        status, detail = json.loads(data.decode())
+        return status, detail
+    except ValueError:
+        return "unknown", "the proof process died"
 
 
 def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False) -> VerifyResult:

@@ -33,6 +33,7 @@ class YamlError(ValueError):
 
 
 _SCALARS = yaml.SafeLoader("")  # only its constructor is used, for scalar nodes
+_COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when present (same nodes, faster)
 
 
 def _convert(node: yaml.Node) -> Any:
@@ -60,7 +61,7 @@ def _convert(node: yaml.Node) -> Any:
 def load_yaml(text: str) -> Any:
     """Parse YAML text with the safe loader into LMap/LList/scalars. Raises YamlError with a line number."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_COMPOSER)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         line = mark.line + 1 if mark is not None else 0

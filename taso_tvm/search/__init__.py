@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..graph import TensorGraph
 from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
@@ -19,7 +19,7 @@ class SearchConfig:
     search; `region_size` is the operator count above which a graph is searched region by region."""
 
     alpha: float = 1.05
-    budget: int = 64
+    budget: int = 16
     time_limit: Optional[float] = None
     region_size: int = 48
     max_ops_ratio: float = 1.5
@@ -36,18 +36,23 @@ class SearchConfig:
         return self
 
 
-def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None
-                   ) -> tuple[TensorGraph, SearchStats]:
-    """Search for a cheaper equivalent of `graph`. Returns the best graph and aggregate statistics."""
+def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
+                   prefetch: Optional[Callable[[list], None]] = None) -> tuple[TensorGraph, SearchStats]:
+    """Search for a cheaper equivalent of `graph`. Returns the best graph and aggregate statistics.
+
+    `cost` may be a callable or a cost model object (its `graph_cost`, and its `prefetch` to batch new kernels)."""
+    if hasattr(cost, "graph_cost"):
+        prefetch = prefetch or getattr(cost, "prefetch", None)
+        cost = cost.graph_cost
     cfg = (config or SearchConfig()).validate()
     t0 = time.monotonic()
     deadline = None if cfg.time_limit is None else t0 + cfg.time_limit
     start_cost = cost(graph)
-    total = SearchStats(start_cost, start_cost, graph.num_ops, graph.num_ops)
+    total = SearchStats(start_cost, start_cost, graph.num_runtime_ops, graph.num_runtime_ops)
 
     def search_one(g: TensorGraph):
         return backtracking_search(g, rules, cost, alpha=cfg.alpha, budget=cfg.budget, deadline=deadline,
-                                   max_ops=int(g.num_ops * cfg.max_ops_ratio) + 4)
+                                   max_ops=int(g.num_runtime_ops * cfg.max_ops_ratio) + 4, prefetch=prefetch)
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -62,7 +67,7 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
         log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
         best, best_cost = graph, start_cost
         total.rules_applied.clear()
-    total.cost_after, total.ops_after = best_cost, best.num_ops
+    total.cost_after, total.ops_after = best_cost, best.num_runtime_ops
     total.seconds = time.monotonic() - t0
     log.info("search: cost %.4g -> %.4g, %d -> %d operators, %d graphs expanded, %.2f s (%s)", start_cost,
              best_cost, total.ops_before, total.ops_after, total.expanded, total.seconds, total.stopped_by)

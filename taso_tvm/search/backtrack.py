@@ -59,16 +59,18 @@ def apply_rule(rule: Any, graph: TensorGraph, match: Any) -> Optional[TensorGrap
 
 
 def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alpha: float = 1.05,
-                        budget: int = 100, deadline: Optional[float] = None, max_ops: Optional[int] = None
-                        ) -> tuple[TensorGraph, SearchStats]:
+                        budget: int = 100, deadline: Optional[float] = None, max_ops: Optional[int] = None,
+                        prefetch: Optional[Callable[[list], None]] = None) -> tuple[TensorGraph, SearchStats]:
     """Search from `graph`; returns the cheapest graph found and statistics.
 
     `budget` bounds the graphs expanded, `deadline` is a `time.monotonic()` instant, `max_ops` bounds the operator
-    count of candidates (default: 1.5 x the start plus 4). Deterministic: ties are broken by discovery order.
+    count of candidates (default: 1.5 x the start plus 4). `prefetch(graphs)`, if given, is called with each
+    expansion's new candidates before they are costed one by one (a measuring cost model builds their new kernels
+    in one parallel batch). Deterministic: ties are broken by discovery order.
     """
     t0 = time.monotonic()
     start_cost = cost(graph)
-    ops0 = graph.num_ops
+    ops0 = graph.num_runtime_ops
     max_ops = max_ops if max_ops is not None else int(ops0 * 1.5) + 4
     best, best_cost, best_path = graph, start_cost, ()
     counter = itertools.count()
@@ -85,13 +87,17 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alp
                 break
             c, _, g, path = heapq.heappop(heap)
             stats.expanded += 1
+            fresh = []
             for rule, match in rules.matches(g):
                 new = apply_rule(rule, g, match)
                 if new is None or new in seen:
                     continue
                 seen.add(new)
-                if new.num_ops > max_ops:
-                    continue
+                if new.num_runtime_ops <= max_ops:
+                    fresh.append((rule, new))
+            if prefetch is not None and fresh:
+                prefetch([new for _, new in fresh])
+            for rule, new in fresh:
                 stats.candidates += 1
                 nc = cost(new)
                 if nc < best_cost:
@@ -103,7 +109,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alp
         stats.stopped_by = "interrupt"
         log.warning("search interrupted: returning the best graph found so far")
     stats.cost_after = best_cost
-    stats.ops_after = best.num_ops
+    stats.ops_after = best.num_runtime_ops
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats

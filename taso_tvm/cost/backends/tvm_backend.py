@@ -2,17 +2,20 @@
 (`relax.get_default_pipeline`, dlight on CUDA), timed with the VM's `time_evaluator`, locally or on a remote
 device through a TVM RPC tracker.
 
-Builds of one batch run in parallel spawned processes (each exports a library to a temporary directory);
-measurements run one at a time in this process, so they do not compete with each other for the cores.
+The kernels of one batch are built in parallel (build_jobs - 1 spawned workers plus this process, each exporting a
+library to a temporary directory); then they are measured one at a time in this process, so measurements do not
+compete with each other or with builds for the cores.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import logging
 import math
 import multiprocessing
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -31,7 +34,7 @@ from .tvm_build import build_kernel, one_line, warm_up
 log = logging.getLogger(__name__)
 
 BuildResult = tuple  # (library path or None, error or None, seconds)
-MIN_POOL_BATCH = 8  # batches smaller than this build in this process while no worker pool is running
+MIN_POOL_BATCH = 6  # batches smaller than this build in this process while no worker pool is running
 
 
 class TvmBackend(Backend):
@@ -88,9 +91,9 @@ class TvmBackend(Backend):
         self._serial += 1
         return str(Path(self._tmp.name) / f"k{self._serial}.{'tar' if self.rpc else 'so'}")
 
-    def _get_pool(self) -> cf.ProcessPoolExecutor:
+    def _get_pool(self, workers: int) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(max_workers=self.config.num_build_jobs,
+            self._pool = cf.ProcessPoolExecutor(max_workers=workers,
                                                 mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=warm_up)
         return self._pool
@@ -105,21 +108,27 @@ class TvmBackend(Backend):
             self._pool = None
 
     def build(self, sigs: Sequence[KernelSig], progress: Optional[Progress] = None) -> dict[KernelSig, BuildResult]:
-        """Build each kernel to a library file; in parallel processes when there are several."""
+        """Build each kernel to a library file. With build_jobs = N, N - 1 spawned workers take kernels from the
+        front of the list while this process builds from the back (no idle parent, one spawn fewer)."""
         results: dict[KernelSig, BuildResult] = {}
         jobs = [(s, self._lib_path()) for s in sigs]
-        # Spawning workers costs a TVM import each (seconds): small batches build here unless the pool is up.
-        if len(jobs) <= 1 or self.config.num_build_jobs <= 1 or (self._pool is None and len(jobs) < MIN_POOL_BATCH):
+        workers = self.config.num_build_jobs - 1
+        # a worker costs a TVM import (seconds): small batches build here unless the pool is already up
+        if workers < 1 or len(jobs) <= 1 or (self._pool is None and len(jobs) < MIN_POOL_BATCH):
             for s, path in jobs:
-                results[s] = build_kernel((s.nodes, s.inputs, s.outputs), self.target, self.host, path)
-                self._after_build(s, results[s], progress)
+                self._build_here(s, path, results, progress)
             return results
-        pool = self._get_pool()
-        futures = {pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path): s
-                   for s, path in jobs}
+        pool = self._get_pool(workers)
+        with _main_module_hidden():  # workers are spawned during submit
+            futures = {pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path):
+                       (s, path) for s, path in jobs}
+        for fut, (s, path) in reversed(list(futures.items())):
+            if fut.cancel():  # not yet taken by a worker: build it here
+                self._build_here(s, path, results, progress)
+        pending = {f: sp[0] for f, sp in futures.items() if not f.cancelled()}
         try:
-            for fut in cf.as_completed(futures, timeout=self.config.build_timeout_s):
-                s = futures[fut]
+            for fut in cf.as_completed(pending, timeout=self.config.build_timeout_s):
+                s = pending[fut]
                 try:
                     results[s] = fut.result()
                 except Exception as e:  # noqa: BLE001  (a crashed worker)
@@ -136,6 +145,10 @@ class TvmBackend(Backend):
                 results[s] = (None, f"build did not finish within {self.config.build_timeout_s:.0f} s", 0.0)
                 self._after_build(s, results[s], progress)
         return results
+
+    def _build_here(self, s: KernelSig, path: str, results: dict, progress: Optional[Progress]) -> None:
+        results[s] = build_kernel((s.nodes, s.inputs, s.outputs), self.target, self.host, path)
+        self._after_build(s, results[s], progress)
 
     def _after_build(self, sig: KernelSig, res: BuildResult, progress: Optional[Progress]) -> None:
         self.counters.builds += 1
@@ -238,3 +251,21 @@ class TvmBackend(Backend):
         self._drop_pool()
         self._session = None
         self._tmp.cleanup()
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Spawned workers re-run the parent's main script unless it is hidden from multiprocessing: hide it, so a
+    script without an `if __name__ == "__main__":` guard (TASO's examples) can use the parallel builds."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    try:
+        main.__dict__.pop("__file__", None)
+        if "__spec__" in saved:
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        main.__dict__.update(saved)

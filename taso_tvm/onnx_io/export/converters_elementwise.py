@@ -179,6 +179,12 @@ def _binary(ctx, call, attrs, args):
         fused = _try_fuse_add(ctx, call, a, b)
         if fused is not None:
             return fused
+    if ctx.relax_op == "relax.divide":
+        from .converters_nn import try_lrn
+
+        lrn = try_lrn(ctx, call, a)
+        if lrn is not None:
+            return lrn
     return ctx.op(op, a, b)
 
 

@@ -550,3 +550,55 @@ def _tensor_attr(value, elem):
     from onnx import helper
 
     return helper.make_tensor("value", elem, [1], [value])
+
+
+def _scalar_const(expr):
+    import tvm
+
+    if isinstance(expr, tvm.ir.GenericConst):
+        a = expr.value.numpy()
+        if a.size == 1:
+            return float(a.reshape(()))
+    return None
+
+
+def try_lrn(ctx, div_call, x_name):
+    """divide(x, power(add(multiply(squeeze(avg_pool3d(expand_dims(x*x, 1))), alpha), bias), beta))
+    -- the ONNX frontend's decomposition of LRN -- back to LRN."""
+    exp = ctx.exporter
+    x = div_call.args[0]
+    pw = exp.single_use_call(div_call.args[1], "relax.power")
+    if pw is None or rank_of(x) != 4 or ctx.types[x_name] not in FLOAT_TYPES:
+        return None
+    beta = _scalar_const(pw.args[1])
+    ad = exp.single_use_call(pw.args[0], "relax.add")
+    if beta is None or ad is None:
+        return None
+    bias = _scalar_const(ad.args[1])
+    mu = exp.single_use_call(ad.args[0], "relax.multiply")
+    if bias is None or mu is None:
+        return None
+    alpha = _scalar_const(mu.args[1])
+    sq = exp.single_use_call(mu.args[0], "relax.squeeze")
+    if alpha is None or sq is None or [int(a) for a in (sq.attrs.axis or [])] != [1]:
+        return None
+    ap = exp.single_use_call(sq.args[0], "relax.nn.avg_pool3d")
+    if ap is None:
+        return None
+    a = ap.attrs
+    size = int(a.pool_size[0])
+    p0 = (size - 1) // 2
+    if ([int(k) for k in a.pool_size] != [size, 1, 1] or [int(k) for k in a.strides] != [1, 1, 1]
+            or [int(k) for k in a.dilation] != [1, 1, 1]
+            or [int(k) for k in a.padding] != [p0, 0, 0, size - 1 - p0, 0, 0]
+            or bool(a.ceil_mode) or not bool(a.count_include_pad) or str(a.layout) != "NCDHW"
+            or str(a.out_layout) != "NCDHW"):
+        return None
+    ed = exp.single_use_call(ap.args[0], "relax.expand_dims")
+    if ed is None or [int(k) for k in ed.attrs.axis] != [1]:
+        return None
+    sqr = exp.single_use_call(ed.args[0], "relax.multiply")
+    if sqr is None or not (sqr.args[0].same_as(x) and sqr.args[1].same_as(x)):
+        return None
+    # LRN: x / (bias + alpha / size * sum)^beta, and alpha / size * sum == alpha * avg
+    return ctx.op("LRN", x_name, size=size, alpha=float(alpha), beta=float(beta), bias=float(bias))

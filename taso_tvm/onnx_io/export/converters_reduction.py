@@ -33,6 +33,17 @@ def convert_reduce(ctx, call, attrs, args):
     if nd == 0:
         return x
     op = _REDUCE[ctx.relax_op]
+    # sum/mean/max/min over axis 0 of a stack: what the frontend makes of variadic Sum/Mean/Max/Min
+    if axes == [0] and not keep:
+        st = ctx.exporter.single_use_call(call.args[0], "relax.stack")
+        if st is not None and int(st.attrs.axis if st.attrs.axis is not None else 0) == 0 \
+                and isinstance(st.args[0], __import__("tvm").relax.Tuple) and len(st.args[0].fields) >= 1 \
+                and op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"):
+            vals = ctx.exporter.value_of(st.args[0])
+            variadic = {"ReduceSum": "Sum", "ReduceMean": "Mean", "ReduceMax": "Max", "ReduceMin": "Min"}[op]
+            t = ctx.types[vals[0]]
+            if variadic in ("Sum", "Mean") and t in FLOAT_TYPES or variadic in ("Max", "Min"):
+                return ctx.op(variadic, *vals)
     # GlobalAveragePool / GlobalMaxPool: what the ONNX frontend decomposes into mean/max
     if op in ("ReduceMean", "ReduceMax") and keep and nd >= 3 and axes == list(range(2, nd)) \
             and ctx.types[x] in FLOAT_TYPES:

@@ -29,7 +29,16 @@ INT64_MIN = np.iinfo(np.int64).min
 def _reshape_to(ctx, x, shape_expr, out_expr_ty):
     """Reshape ``x`` to a Relax shape (ShapeExpr or a shape value)."""
     out_static = static_dims(out_expr_ty)
+    in_dims = type_dims(ctx.call.args[0]) if ctx.call is not None else None
+    if in_dims is not None and out_static is None:
+        out_dims = type_dims(out_expr_ty)
+        if out_dims is not None and len(out_dims) == len(in_dims) and all(
+                (a == b) if isinstance(a, int) else (not isinstance(b, int) and a.same_as(b))
+                for a, b in zip(in_dims, out_dims)):
+            return x  # reshape to the same (symbolic) shape
     if out_static is not None:
+        if static_dims(ctx.call.args[0]) == out_static:
+            return x  # reshape to the same shape
         return ctx.reshape(x, out_static)
     if isinstance(shape_expr, relax.ShapeExpr):
         vals = list(shape_expr.values)
@@ -46,7 +55,34 @@ def _reshape_to(ctx, x, shape_expr, out_expr_ty):
 
 @register("relax.reshape")
 def convert_reshape(ctx, call, attrs, args):
+    fused = _try_coerced_softmax(ctx, call)
+    if fused is not None:
+        return fused
     return _reshape_to(ctx, args[0], call.args[1], ctx.out_ty)
+
+
+def _try_coerced_softmax(ctx, call):
+    """reshape(softmax(reshape(x, [prod(d[:k]), prod(d[k:])]), -1), d) -- the frontend's form of
+    an opset<13 Softmax/LogSoftmax -- is Softmax(x, axis=k) when d[k+1:] are all 1."""
+    exp = ctx.exporter
+    sm = exp.single_use_call(call.args[0])
+    if sm is None or sm.op.name not in ("relax.nn.softmax", "relax.nn.log_softmax"):
+        return None
+    if rank_of(sm.args[0]) != 2 or int(sm.attrs.axis) not in (1, -1):
+        return None
+    inner = exp.single_use_call(sm.args[0], "relax.reshape")
+    if inner is None:
+        return None
+    d = static_dims(inner.args[0])
+    out = static_dims(ctx.out_ty)
+    two = static_dims(sm.args[0])
+    if d is None or out != d or two is None:
+        return None
+    for k in range(len(d)):
+        if int(np.prod(d[:k])) == two[0] and int(np.prod(d[k:])) == two[1] and all(x == 1 for x in d[k + 1:]):
+            op = "Softmax" if sm.op.name == "relax.nn.softmax" else "LogSoftmax"
+            return ctx.op(op, exp.value_of(inner.args[0]), axis=k, lo=None if k == len(d) - 1 else 13)
+    return None
 
 
 @register("relax.flatten")

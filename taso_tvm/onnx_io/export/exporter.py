@@ -428,6 +428,15 @@ class RelaxExporter:
             return False
         return self.use_count.get(var, 0) == 1
 
+    def single_use_call(self, expr, op_name=None):
+        """The call bound to ``expr`` if it is a single-use var (and calls ``op_name``)."""
+        pc = self.producer_call(expr)
+        if pc is None or not self.is_single_use(expr):
+            return None
+        if op_name is not None and getattr(pc.op, "name", None) != op_name:
+            return None
+        return pc
+
     def producer_call(self, var):
         """The Relax call bound to ``var`` (or None)."""
         if not isinstance(var, relax.Var) or is_tir_var(var):

@@ -1,0 +1,126 @@
+"""`rules verify [FILES]` and `rules list [FILES]`: the rule library from the command line.
+
+`main(argv)` takes the arguments after `rules` and returns the exit status (the console script wires it in).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Optional, Sequence
+
+from .language import RuleError, read_rule_files
+from .ruleset import library_files
+
+
+def _fmt_ce(ce: Optional[dict]) -> str:
+    if not ce:
+        return ""
+    parts = [ce.get("instance", ""), ce.get("detail", "")]
+    if ce.get("inputs"):
+        parts.append("inputs " + json.dumps(ce["inputs"]))
+    return "; ".join(p for p in parts if p)
+
+
+def _table(rows: list, headers: list, out) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    widths[-1] = 0  # last column unpadded
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    print(line.rstrip(), file=out)
+    print("  ".join("-" * max(w, len(h)) for h, w in zip(headers, widths)), file=out)
+    for r in rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip(), file=out)
+
+
+def _method_cell(res) -> str:
+    cells = []
+    for m in res.methods:
+        extra = f" ({m.instances})" if m.method == "bounded" and m.instances else ""
+        cells.append(f"{m.method}: {m.status}{extra}")
+    return ", ".join(cells)
+
+
+def cmd_verify(args, out) -> int:
+    from .verify import Cache, load_axioms, verify_axioms, verify_rules
+
+    files = args.files or library_files()
+    rules = read_rule_files(files)
+    t0 = time.perf_counter()
+    cache = None if args.no_cache else Cache()
+    axioms, ax_results = verify_axioms(load_axioms(), jobs=args.jobs, use_cache=not args.no_cache, cache=cache)
+    results = verify_rules(rules, jobs=args.jobs, use_cache=not args.no_cache, axioms=axioms, cache=cache)
+    total = time.perf_counter() - t0
+    rows, failures = [], 0
+    shown = list(zip(rules, results))
+    if args.axioms:
+        shown = list(zip(load_axioms(), ax_results)) + shown
+    for rule, res in shown:
+        expected = rule.expect
+        ok = res.status == (expected or "verified")
+        failures += not ok
+        result = res.status + (" (expected)" if expected and ok else "") + (" [cached]" if res.cached else "")
+        detail = _fmt_ce(res.counterexample)
+        if not detail and res.status != "verified":
+            detail = "; ".join(f"{m.method}: {m.detail}" for m in res.methods if m.status != "proven")
+        rows.append((rule.name, _method_cell(res), result, f"{res.time:.2f}s", detail))
+    _table(rows, ["rule", "methods", "result", "time", "counterexample / detail"], out)
+    bad_axioms = sum(1 for r in ax_results if not r.ok)
+    print(f"\n{len(rules)} rules, {len(rules) - failures if not args.axioms else len(shown) - failures} as expected, "
+          f"{failures} not; {len(ax_results) - bad_axioms}/{len(ax_results)} axioms verified; {total:.2f}s",
+          file=out)
+    return 1 if failures or bad_axioms else 0
+
+
+def cmd_list(args, out) -> int:
+    from .verify import Cache, axioms_digest, load_axioms, rule_key
+
+    files = args.files or library_files()
+    rules = read_rule_files(files)
+    cache = Cache()
+    ah = axioms_digest(load_axioms())
+    rows = []
+    for r in rules:
+        hit = cache.get(rule_key(r, ah))
+        status = hit.status if hit else "not verified yet"
+        src = ", ".join(n.op for n in r.source)
+        tgt = ", ".join(n.op for n in r.target) or "(aliases)"
+        rows.append((r.name, r.family, f"{src} -> {tgt}", status, f"{r.file}:{r.line}"))
+    _table(rows, ["rule", "family", "source -> target", "status", "where"], out)
+    fams: dict = {}
+    for r in rules:
+        fams[r.family] = fams.get(r.family, 0) + 1
+    print(f"\n{len(rules)} rules: " + ", ".join(f"{k} {v}" for k, v in sorted(fams.items())), file=out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="taso-tvm rules", description="TASO substitution rules")
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("verify", help="prove rules with Z3 (bounded and axiomatic); exit 1 if any is not verified")
+    v.add_argument("files", nargs="*", help="rule files or directories (default: the shipped library)")
+    v.add_argument("--jobs", "-j", type=int, default=None, help="parallel processes (default: all cores)")
+    v.add_argument("--no-cache", action="store_true", help="ignore and do not update the result cache")
+    v.add_argument("--axioms", action="store_true", help="also list the axioms and their results")
+    v.set_defaults(fn=cmd_verify)
+    ls = sub.add_parser("list", help="list rules with their cached verification status")
+    ls.add_argument("files", nargs="*", help="rule files or directories (default: the shipped library)")
+    ls.set_defaults(fn=cmd_list)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args, out)
+    except RuleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
