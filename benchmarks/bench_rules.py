@@ -70,12 +70,13 @@ def bench_match(models: list) -> None:
         kw = {"layers": 12} if name == "bert" else {}
         g = lift_function(load_onnx(zoo.get_model(name, **kw))["main"])[0].graph
         [r.matches(g, index=GraphIndex(g)) for r in rs]  # warm-up (compiles the patterns)
-        runs, count = [], 0
+        runs, cpu, count = [], [], 0
         for _ in range(10):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             index = GraphIndex(g)  # precomputed once per graph, shared by all rules
             count = sum(len(r.matches(g, index=index)) for r in rs)
             runs.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         per = []
         index = GraphIndex(g)
         for r in rs:
@@ -84,7 +85,8 @@ def bench_match(models: list) -> None:
             per.append((time.perf_counter() - t, r.name, n))
         top = ", ".join(f"{n} {dt * 1000:.1f}ms" for dt, n, _ in sorted(per, reverse=True)[:3])
         print(f"match {name}: {len(g.topo_order())} nodes, {len(rs)} rules, {count} matches in "
-              f"{statistics.median(runs) * 1000:.1f} ms (min {min(runs) * 1000:.1f}); slowest rules: {top}")
+              f"{statistics.median(runs) * 1000:.1f} ms wall (min {min(runs) * 1000:.1f}), "
+              f"{statistics.median(cpu) * 1000:.1f} ms CPU; slowest rules: {top}")
 
 
 def main(argv=None) -> int:
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="resnet50,squeezenet,bert,inception_v3")
     ap.add_argument("--skip-verify", action="store_true")
     args = ap.parse_args(argv)
-    print(_limit_cores(args.jobs))
+    print(_limit_cores(args.jobs), "; load average", " ".join(f"{x:.1f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as d:
         os.environ["TASO_TVM_CACHE_DIR"] = d  # a cold cache
         if not args.skip_verify:

@@ -10,7 +10,8 @@
 from .api import Graph, Tensor, export_onnx, new_graph, optimize
 from .graph import GraphError, TensorGraph, TensorType
 from .onnx_io import ModelLoadError, load_onnx
+from .relay_pass import TasoOptimize  # also registers the "taso" Relax pipeline
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "Tensor", "new_graph", "optimize", "export_onnx", "GraphError", "TensorGraph", "TensorType", "ModelLoadError", "load_onnx"]
+__all__ = ["Graph", "Tensor", "new_graph", "optimize", "export_onnx", "GraphError", "TensorGraph", "TensorType", "ModelLoadError", "load_onnx", "TasoOptimize"]

@@ -106,7 +106,7 @@ def onnx_dtype(dtype) -> int:
     """Relax dtype (str / DataType) -> ONNX element type."""
     s = str(dtype)
     if s not in RELAX_TO_ONNX:
-        raise KeyError(s)
+        raise ValueError(f"element type '{s or 'unknown'}' has no ONNX equivalent")
     return RELAX_TO_ONNX[s]
 
 

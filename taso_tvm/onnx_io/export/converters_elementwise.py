@@ -6,17 +6,7 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from .context import (
-    FLOAT_TYPES,
-    INT_TYPES,
-    ONNX_TO_NP,
-    SIGNED_TO_UNSIGNED,
-    dtype_of,
-    onnx_dtype,
-    prim_to_py,
-    rank_of,
-    static_dims,
-)
+from .context import FLOAT_TYPES, ONNX_TO_NP, SIGNED_TO_UNSIGNED, onnx_dtype, prim_to_py
 from .exporter import register
 
 # ----------------------------------------------------------------------------- unary

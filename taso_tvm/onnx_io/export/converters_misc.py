@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-import tvm
 from tvm import relax
 
-from .context import FLOAT_TYPES, onnx_dtype, prim_to_py, rank_of, static_dims
+from .context import onnx_dtype, prim_to_py, rank_of
 from .converters_nn import layout_transpose
 from .exporter import register
 

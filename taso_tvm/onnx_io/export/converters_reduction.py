@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .context import FLOAT_TYPES, onnx_dtype, rank_of, static_dims
+from .context import FLOAT_TYPES, onnx_dtype, rank_of
 from .exporter import register
 
 _REDUCE = {
@@ -42,7 +42,9 @@ def convert_reduce(ctx, call, attrs, args):
             vals = ctx.exporter.value_of(st.args[0])
             variadic = {"ReduceSum": "Sum", "ReduceMean": "Mean", "ReduceMax": "Max", "ReduceMin": "Min"}[op]
             t = ctx.types[vals[0]]
-            if variadic in ("Sum", "Mean") and t in FLOAT_TYPES or variadic in ("Max", "Min"):
+            # (int16 / uint16 / bool have no variadic Max/Min kernels in ONNX Runtime: reduce instead)
+            if variadic in ("Sum", "Mean") and t in FLOAT_TYPES or variadic in ("Max", "Min") and t not in (
+                    TensorProto.INT16, TensorProto.UINT16, TensorProto.BOOL):
                 return ctx.op(variadic, *vals)
     # GlobalAveragePool / GlobalMaxPool: what the ONNX frontend decomposes into mean/max
     if op in ("ReduceMean", "ReduceMax") and keep and nd >= 3 and axes == list(range(2, nd)) \

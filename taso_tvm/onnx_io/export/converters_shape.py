@@ -11,8 +11,6 @@ from tvm import relax
 from .context import (
     FLOAT_TYPES,
     ONNX_TO_NP,
-    is_prim,
-    is_tir_var,
     onnx_dtype,
     prim_to_py,
     rank_of,

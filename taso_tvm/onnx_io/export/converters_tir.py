@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from onnx import TensorProto
 
 import tvm
 from tvm import relax
 
-from .context import prim_to_py, rank_of, static_dims, type_dims
+from .context import prim_to_py, static_dims, type_dims
 from .exporter import register
 
 # ----------------------------------------------------------------------------- TIR walking

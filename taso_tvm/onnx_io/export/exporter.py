@@ -6,7 +6,7 @@ dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -24,7 +24,6 @@ from .context import (
     is_tir_var,
     onnx_dtype,
     prim_dtype,
-    prim_to_py,
     tensor_type,
 )
 
@@ -449,6 +448,15 @@ class RelaxExporter:
 # model assembly
 # --------------------------------------------------------------------------------------
 def _value_info(name, ty):
+    try:
+        return _value_info_impl(name, ty)
+    except ValueError as e:
+        raise ExportError(f"cannot export graph input/output '{name}': {e}") from None
+
+
+def _value_info_impl(name, ty):
+    if isinstance(ty, tvm.ir.PrimType):
+        return helper.make_tensor_value_info(name, onnx_dtype(ty.dtype), [])
     if isinstance(ty, relax.ShapeType):
         # a shape value is exported as a 1-D int64 tensor
         n = int(ty.ndim)

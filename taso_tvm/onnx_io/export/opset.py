@@ -13,13 +13,13 @@ which every node is valid, i.e. the max over nodes of the minimum opset that nod
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec, make_tensor_proto
+from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec
 
 MAX_OPSET = onnx.defs.onnx_opset_version()
 DEFAULT_MIN_OPSET = 13

@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
