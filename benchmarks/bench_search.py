@@ -23,12 +23,13 @@ def main() -> None:
     ap.add_argument("--backend", default="analytic")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--region-size", type=int, default=None)
     ap.add_argument("--models", nargs="*", default=zoo.list_models())
     args = ap.parse_args()
     t0 = time.perf_counter()
     rules = load_rules()
     print(f"rules: {len(rules)} loaded in {time.perf_counter() - t0:.2f} s")
-    cfg = SearchConfig() if args.budget is None else SearchConfig(budget=args.budget)
+    cfg = SearchConfig(**({"budget": args.budget} if args.budget else {}), **({"region_size": args.region_size} if args.region_size else {}))
     with CostModel(load_cost_config(backend=args.backend, target=args.target)) as cm:
         print(f"{'model':13s} {'ops':>9s} {'cost before':>12s} {'after':>10s} {'greedy':>10s} {'ratio':>6s} "
               f"{'search s':>9s} {'expanded':>8s}  rules applied")
@@ -39,7 +40,7 @@ def main() -> None:
             t = time.perf_counter()
             best, st = optimize_graph(g, rules, cm, cfg)
             secs = time.perf_counter() - t
-            _, greedy = optimize_graph(g, rules, cm, SearchConfig(alpha=1.0, budget=cfg.budget))
+            _, greedy = optimize_graph(g, rules, cm, SearchConfig(alpha=1.0, budget=cfg.budget, region_size=cfg.region_size))
             applied = ", ".join(f"{k} x{v}" for k, v in st.rules_applied.most_common()) or "-"
             print(f"{name:13s} {st.ops_before:4d}>{st.ops_after:<4d} {st.cost_before:12.4g} {st.cost_after:10.4g} "
                   f"{greedy.cost_after:10.4g} {st.cost_after / st.cost_before:6.3f} {secs:9.2f} {st.expanded:8d}  "

@@ -249,6 +249,16 @@ class TensorGraph:
         nodes = store.nodes
         new_id: dict[int, int] = {}
         state: dict[int, int] = {}  # 1 = in progress, 2 = done
+        # only nodes downstream of a replaced tensor (and the new nodes) need visiting; the rest is shared
+        ids = self.node_ids
+        cons = self.consumers()
+        affected: set[int] = set()
+        stack = [ref for ref in mapping if ref[0] in ids]
+        while stack:
+            for c, _ in cons.get(stack.pop(), ()):
+                if c >= 0 and c not in affected:
+                    affected.add(c)
+                    stack.extend(nodes[c].outputs)
 
         def target(ref):
             seen = 0
@@ -264,6 +274,11 @@ class TensorGraph:
             while stack:
                 nid = stack[-1]
                 if state.get(nid) == 2:
+                    stack.pop()
+                    continue
+                if nid in ids and nid not in affected:
+                    new_id[nid] = nid
+                    state[nid] = 2
                     stack.pop()
                     continue
                 node = nodes[nid]

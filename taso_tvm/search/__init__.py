@@ -21,7 +21,7 @@ class SearchConfig:
     alpha: float = 1.05
     budget: int = 16
     time_limit: Optional[float] = None
-    region_size: int = 48
+    region_size: int = 32
     max_ops_ratio: float = 1.5
 
     def validate(self) -> "SearchConfig":
