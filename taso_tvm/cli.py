@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-DELEGATED = {"cost": "taso_tvm.cost.cli"}
+DELEGATED = {"cost": "taso_tvm.cost.cli", "rules": "taso_tvm.rules.cli"}
 
 
 def _delegate(module: str, argv: list) -> int:

@@ -1,6 +1,7 @@
 """`rules verify [FILES]` and `rules list [FILES]`: the rule library from the command line.
 
-`main(argv)` takes the arguments after `rules` and returns the exit status (the console script wires it in).
+`main(argv)` takes the arguments after `rules` (a leading "rules" is accepted too) and returns the exit status;
+the `taso-tvm` console script delegates `taso-tvm rules ...` to it.
 """
 from __future__ import annotations
 
@@ -112,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
     out = out or sys.stdout
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "rules":  # called as `taso-tvm rules ...` with the sub-command name kept
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -454,18 +454,24 @@ def _complete(comp: _Compiled, st: _State, index: GraphIndex, check_interior: bo
     except E.ExprError as err:
         log.debug("rule %s: constraint not evaluable on a match: %s", rule.name, err)
         return None
-    if check_interior:
-        used = m.node_ids
-        for p in rule.source:
-            nid = st.nodes[p.index]
-            for k in range(p.n_outputs):
-                key = ("node", p.index, k)
-                if key in comp.output_keys or key in comp.target_reads:
-                    continue
-                for cid, _ in index.consumers.get((nid, k), ()):
-                    if cid not in used:  # read outside the match (or a graph output: cid == -1)
-                        return None
+    if check_interior and not _removable(comp, m, index):
+        return None
     return m
+
+
+def _removable(comp: _Compiled, m: Match, index: GraphIndex) -> bool:
+    """True if no interior source tensor (one the rewrite removes) is read outside the match or is a graph output."""
+    used = m.node_ids
+    for p in comp.rule.source:
+        nid = m.nodes[p.index]
+        for k in range(p.n_outputs):
+            key = ("node", p.index, k)
+            if key in comp.output_keys or key in comp.target_reads:
+                continue
+            for cid, _ in index.consumers.get((nid, k), ()):
+                if cid not in used:  # read outside the match (or a graph output: cid == -1)
+                    return False
+    return True
 
 
 def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = None, dedupe: bool = True,
@@ -556,7 +562,13 @@ def build_target(rule: Rule, graph: TensorGraph, match: Match, index: Optional[G
 def apply_match(rule: Rule, graph: TensorGraph, match: Match) -> Optional[TensorGraph]:
     """The graph with the match rewritten, or None when the target does not build or would create a cycle."""
     try:
-        mapping = build_target(rule, graph, match)
+        index = graph_index(graph)
+        if any(nid >= len(index.nodes) or index.nodes[nid].op != rule.source[i].op for i, nid in match.nodes.items()):
+            raise GraphError("the match is not a match of this rule")
+        if not _removable(_compiled(rule), match, index):
+            log.debug("rule %s not applied: a tensor it removes is used outside the match", rule.name)
+            return None
+        mapping = build_target(rule, graph, match, index)
         return graph.replace(mapping)
     except CycleError as err:
         log.debug("rule %s not applied: %s", rule.name, err)

@@ -355,7 +355,12 @@ def _with_deadline(fn, seconds: float) -> tuple:
     if not hasattr(os, "fork"):
         return fn()
     r, w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return fn()
     if pid == 0:  # child
         try:
             os.close(r)

@@ -554,7 +554,13 @@ class EmitContext:
             if self.tir_resolver is None:
                 self.fail(f"symbolic variable '{e}' has no definition")
             return self.tir_resolver(e)
-        key = ("prim", str(e))
+        # keyed by the expression *and* the ONNX tensors its variables resolve to (two
+        # different vars may print alike; an inlined callee's vars are rebound per call)
+        try:
+            free = list(tvm.tirx.analysis.undefined_vars(e))
+        except Exception:  # pragma: no cover
+            free = []
+        key = ("prim", str(e), tuple(self.prim_expr(v) for v in free))
         if key in self._memo:
             return self._memo[key]
         T = tvm.tirx

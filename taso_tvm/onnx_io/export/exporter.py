@@ -281,10 +281,17 @@ class RelaxExporter:
             self.ctx.fail("function calls nested too deeply")
         self._inline_depth += 1
         saved = (self.ctx.binding, self.ctx.relax_op, self.env)
+        # symbolic vars of the callee are (re)defined by this call's arguments
+        saved_tir = (dict(self.tir_env), dict(self.tir_cache))
+        for p in func.params:
+            for _, _, tv in _definable_vars(p.ty):
+                self.tir_env.pop(tv, None)
+                self.tir_cache.pop(tv, None)
         try:
             res = self.convert_function_body(func, values, dict(outer_env or {}))
         finally:
             self._inline_depth -= 1
+            self.tir_env, self.tir_cache = saved_tir
         self.ctx.binding, self.ctx.relax_op, self.env = saved
         return res
 
@@ -663,8 +670,10 @@ def _min_ir_for_types(ctx, inits) -> int:
 def _rename(ctx, old, new):
     prod = ctx.producer[old]
     prod.outputs = [new if o == old else o for o in prod.outputs]
-    for n in ctx.nodes:
+    for n in _opset.all_nodes(ctx.nodes):  # including If branches reading outer names
         if old in n.inputs:
             n.inputs = [new if i == old else i for i in n.inputs]
+        if old in n.implicit:
+            n.implicit = [new if i == old else i for i in n.implicit]
     ctx.types[new] = ctx.types[old]
     ctx.producer[new] = prod
