@@ -121,3 +121,35 @@ def test_optimize_returns_the_same_kind(rules, analytic):
     assert_close(og.evaluate({"input0": xv}), g.evaluate({"input0": xv}), rtol=1e-4)
     with pytest.raises(TypeError, match="optimize\\(\\) takes"):
         taso.optimize("model.onnx")
+
+
+def _seed_graph(c: int, h: int):
+    g = taso.new_graph()
+    x = g.new_input(dims=(1, c, h, h))
+    w1, w2, w3 = g.new_weight(dims=(c, c, 3, 3)), g.new_weight(dims=(c, c, 1, 1)), g.new_weight(dims=(c, c, 3, 3))
+    left = g.conv2d(input=x, weight=w1, strides=(1, 1), padding="SAME", activation="RELU")
+    left = g.conv2d(input=left, weight=w3, strides=(1, 1), padding="SAME")
+    right = g.conv2d(input=x, weight=w2, strides=(1, 1), padding="SAME", activation="RELU")
+    g.relu(g.add(left, right))
+    return g
+
+
+def test_seed_example_finds_tasos_rewrite_chain(rules):
+    """TASO's README example at a size where kernel launches dominate (the analytic roofline of the cuda config):
+    enlarge the 1x1 kernel, merge the convs sharing the input, fold the add into the second conv, cancel the
+    split/concat, fuse the ReLU: five operators become two convolutions."""
+    g = _seed_graph(16, 8)
+    with CostModel(load_cost_config(backend="analytic", target="cuda")) as cm:
+        best, stats = optimize_graph(g.to_tensor_graph(), rules, cm, SearchConfig(budget=64))
+        _, greedy = optimize_graph(g.to_tensor_graph(), rules, cm, SearchConfig(alpha=1.0, budget=64))
+    assert {"enlarge_conv_kernel", "merge_convs_sharing_input", "fold_add_into_conv", "concat_split_cancel",
+            "fuse_conv_relu"} <= set(stats.rules_applied)
+    ops = [n.op for n in best.ops() if n.id not in best.weight_only_ids()]
+    assert ops == ["conv2d", "conv2d"]
+    assert stats.cost_after < stats.cost_before and stats.cost_after < greedy.cost_after  # relaxation was needed
+    xv = np.random.default_rng(3).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    expected = g.evaluate({"input0": xv})
+    assert_close(best.evaluate({"input0": xv}), expected, rtol=1e-4)
+    out = taso.Graph()
+    out.store, out._outputs = best.store, list(best.outputs)
+    assert_close(tvm_run(out.to_relax(), [xv]), expected, rtol=1e-4)

@@ -449,7 +449,21 @@ _VALUE_FNS: dict[str, tuple[int, Callable]] = {  # name -> (arity, fn over evalu
     "compose": (2, lambda p, q: tuple(_perm(p, "compose")[i] for i in _perm(q, "compose"))),
     "inverse": (1, lambda p: tuple(sorted(range(len(p)), key=lambda i: _perm(p, "inverse")[i]))),
     "pos": (2, lambda i, n: _int(i, "pos()") % _int(n, "pos()")),  # normalise a negative axis
+    "identity_kernel": (3, lambda c, kh, kw: _identity_kernel(_int(c, "identity_kernel()"),
+                                                              _int(kh, "identity_kernel()"),
+                                                              _int(kw, "identity_kernel()"))),
 }
+
+
+def _identity_kernel(c: int, kh: int, kw: int) -> Any:
+    """The OIHW kernel of a convolution that copies its c input channels (1 at the centre tap of channel i -> i)."""
+    import numpy as np
+
+    if c < 1 or kh % 2 == 0 or kw % 2 == 0:
+        raise ExprError(f"identity_kernel({c}, {kh}, {kw}): needs c >= 1 and odd kernel sizes")
+    k = np.zeros((c, c, kh, kw))
+    k[np.arange(c), np.arange(c), kh // 2, kw // 2] = 1.0
+    return k
 
 FUNCTIONS = set(_TENSOR_FNS) | set(_VALUE_FNS)
 

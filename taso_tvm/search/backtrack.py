@@ -100,7 +100,9 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alp
             for rule, new in fresh:
                 stats.candidates += 1
                 nc = cost(new)
-                if nc < best_cost:
+                # cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which
+                # FuseOps would fuse anyway, so a fusion-aware cost model sees no difference)
+                if nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops):
                     best, best_cost, best_path = new, nc, path + (rule.name,)
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
