@@ -66,8 +66,9 @@ def test_conv_with_twice_the_output_channels_costs_more(tmp_path):
     S = NodeStore()
     small = TensorGraph(S, [_conv(S, 32, 32, 28)])
     big = TensorGraph(S, [_conv(S, 32, 64, 28)])
-    with CostModel(_cfg(tmp_path, cache="", repeat=5)) as cm:
+    with CostModel(_cfg(tmp_path, cache="", repeat=7)) as cm:
         c_small, c_big = cm.graph_cost(small), cm.graph_cost(big)
+    # untuned TVM CPU time follows FLOPs (2x here); 1.3x leaves room for a noisy, shared machine
     assert c_big > 1.3 * c_small, (c_small, c_big)
 
 
