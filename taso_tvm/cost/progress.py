@@ -12,8 +12,9 @@ log = logging.getLogger("taso_tvm.cost")
 class Progress:
     """`with Progress(total, "measuring") as p: p.update(note=...)`."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, stream: Optional[TextIO] = None):
-        self.total, self.desc, self.done = total, desc, 0
+    def __init__(self, total: int, desc: str, enabled: bool = True, stream: Optional[TextIO] = None,
+                 unit: str = "kernels"):
+        self.total, self.desc, self.done, self.unit = total, desc, 0, unit
         self.stream = stream if stream is not None else sys.stderr
         self.bar = enabled and total > 0 and bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
@@ -42,4 +43,4 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
         if self.total:
-            log.info("%s: %d/%d kernels in %.1f s", self.desc, self.done, self.total, elapsed)
+            log.info("%s: %d/%d %s in %.1f s", self.desc, self.done, self.total, self.unit, elapsed)

@@ -55,14 +55,19 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
     Small graphs are searched whole. Returns the graph and the per-region statistics.
     """
+    from ..cost.progress import Progress
+
     if graph.num_ops <= size:
         best, stats = search_one(graph)
         return best, [stats]
     all_stats = []
+    first = regions(graph, size, 0)
+    bar = Progress(2 * len(first), "searching", unit="regions")
+    bar.__enter__()
     for offset in (0, size // 2):
         mapping: dict = {}
         stop = False
-        for members in regions(graph, size, offset):
+        for members in first if offset == 0 else regions(graph, size, offset):
             if out_of_time is not None and out_of_time():
                 stop = True
                 break
@@ -71,6 +76,7 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
                 continue
             best, stats = search_one(sub)
             all_stats.append(stats)
+            bar.update(note=f"region cost {stats.cost_before:.4g} -> {stats.cost_after:.4g}")
             if best != sub and stats.cost_after < stats.cost_before:
                 real = best.replace(back) if back else best
                 mapping.update((o, n) for o, n in zip(outs, real.outputs) if o != n)
@@ -81,4 +87,5 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
             graph = graph.replace(mapping)
         if stop:
             break
+    bar.__exit__(None, None, None)
     return graph, all_stats
