@@ -41,23 +41,24 @@ def search_settings(args: argparse.Namespace) -> dict:
 
 
 def parse_target(text: Optional[str]) -> Any:
+    """llvm, cuda (sm_90 by default) or a JSON target dict -> tvm.target.Target (the cost model's parser)."""
     import tvm
 
-    if text is None or text == "llvm":
-        return tvm.target.Target({"kind": "llvm"})
-    if text == "cuda":
-        return tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
-    if text.lstrip().startswith("{"):
-        try:
-            spec = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CLIError(f"--target JSON is invalid: {e.msg} at column {e.colno}") from None
-        try:
-            host = spec.pop("host", None)
-            return tvm.target.Target(spec, host=host) if host else tvm.target.Target(spec)
-        except Exception as e:  # TVM raises several types for bad target dicts
-            raise CLIError(f"unknown target {text}: {str(e).splitlines()[-1]}") from None
-    raise CLIError(f"unknown target '{text}': use llvm, cuda or a JSON target dict")
+    from .cost.config import CostConfigError
+    from .cost.config import parse_target as target_dict
+
+    try:
+        spec = target_dict(text or "llvm")
+    except CostConfigError as e:
+        raise CLIError(str(e)) from None
+    host = spec.pop("host", None)
+    if spec["kind"] == "cuda":
+        spec.setdefault("arch", "sm_90")
+        host = host or {"kind": "llvm"}
+    try:
+        return tvm.target.Target(spec, host=host) if host else tvm.target.Target(spec)
+    except Exception as e:  # TVM raises several types for bad target dicts
+        raise CLIError(f"unknown target {text}: {str(e).splitlines()[-1]}") from None
 
 
 # ----------------------------------------------------------------------------------------- checking

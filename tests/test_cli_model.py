@@ -102,3 +102,12 @@ def test_safety_net_refuses_a_wrong_output(model_path, tmp_path, capsys, monkeyp
     assert main(["optimize", str(model_path), "-o", str(out), "--no-search"]) == 1
     err = capsys.readouterr().err
     assert "output 'output' differs from the original by up to 1" in err and not out.exists()
+
+
+def test_compile_for_cuda_builds_without_a_gpu(tmp_path, config, capsys):
+    """The CUDA library is built here (sm_90, nvcc/NVRTC not needed to emit it); running it needs a GPU."""
+    path = tmp_path / "seed.onnx"
+    onnx.save(zoo.get_model("seed_example"), str(path))
+    so = tmp_path / "seed_cuda.so"
+    assert main(["compile", str(path), "--target", "cuda", "-o", str(so), "--config", str(config)]) == 0
+    assert so.stat().st_size > 0 and (tmp_path / "seed_cuda.so.inputs.json").exists()
