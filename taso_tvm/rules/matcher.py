@@ -9,6 +9,7 @@ reported once.
 from __future__ import annotations
 
 import itertools
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -509,8 +510,9 @@ def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = N
 
 # ---------------------------------------------------------------- apply
 def _const_weight(store, value: Any, dtype: str):
-    arr = np.asarray(value, dtype=dtype)
-    key = f"const:{arr.dtype}:{arr.shape}:{arr.tobytes().hex()}"
+    arr = np.ascontiguousarray(value, dtype=dtype)
+    digest = hashlib.blake2b(arr.tobytes(), digest_size=20).hexdigest()  # equal constants share one node
+    key = f"const:{arr.dtype}:{arr.shape}:{digest}"
     return store.weight(arr, key=key)
 
 
