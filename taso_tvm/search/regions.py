@@ -77,7 +77,7 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
             best, stats = search_one(sub)
             all_stats.append(stats)
             bar.update(note=f"region cost {stats.cost_before:.4g} -> {stats.cost_after:.4g}")
-            if best != sub and stats.cost_after < stats.cost_before:
+            if best != sub:  # the search only moves to a cheaper graph, or an equally cheap one with fewer ops
                 real = best.replace(back) if back else best
                 mapping.update((o, n) for o, n in zip(outs, real.outputs) if o != n)
             if stats.stopped_by == "interrupt":
