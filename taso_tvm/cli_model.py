@@ -305,7 +305,7 @@ def add_model_commands(sub: Any) -> None:
         if search:
             p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
             p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best (default 1.05)")
-            p.add_argument("--budget", type=int, help="graphs expanded per region (default 16)")
+            p.add_argument("--budget", type=int, help="graphs expanded per region (default 10)")
             p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
             p.add_argument("--cost-backend", choices=["analytic", "tvm", "ort"], help="cost model backend")
             p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")

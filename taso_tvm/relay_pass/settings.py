@@ -13,7 +13,7 @@ from typing import Any, Optional
 import yaml
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
-SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 16, "time_limit": None, "region_size": 32}
+SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 10, "time_limit": None, "region_size": 32}
 
 
 class SettingsError(ValueError):

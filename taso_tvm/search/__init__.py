@@ -19,7 +19,7 @@ class SearchConfig:
     search; `region_size` is the operator count above which a graph is searched region by region."""
 
     alpha: float = 1.05
-    budget: int = 16
+    budget: int = 10
     time_limit: Optional[float] = None
     region_size: int = 32
     max_ops_ratio: float = 1.5
