@@ -25,6 +25,8 @@ from typing import List, Optional
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 PASS, FAIL, FRONTEND_WRONG, NOT_IMPORTABLE = "pass", "fail", "frontend-wrong", "not-importable"
 # failing cases where neither reference can confirm the expected outputs: TVM cannot run the
 # imported module *and* ONNX Runtime fails the same check on the original ONNX model
@@ -447,7 +449,7 @@ def run_suite(pattern: Optional[str] = None, check_frontend: bool = True,
         r = run_case(case, check_frontend=check_frontend)
         results.append(r)
         if progress and r.status in (FAIL,):
-            print(f"[{i}] {r.name}: {r.status}: {r.reason}", flush=True)
+            log.warning("[%d] %s: %s: %s", i, r.name, r.status, r.reason)
     return SuiteResult(results, time.time() - t0)
 
 
@@ -516,6 +518,7 @@ def main(argv=None):
     ap.add_argument("--no-frontend-check", action="store_true")
     ap.add_argument("-v", action="store_true", help="print failures as they happen")
     a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     res = run_suite(a.k, check_frontend=not a.no_frontend_check, progress=a.v)
     print(res.summary())
     for r in res.by_status(FAIL):
