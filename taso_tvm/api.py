@@ -209,18 +209,22 @@ class Graph:
 
     def to_relax(self, name: str = "main") -> Any:
         """The graph as a Relax IRModule with one function `name` taking the inputs in creation order."""
-        import tvm
-
-        from .relay_pass.lower import lower_to_function
-
-        graph = self.to_tensor_graph()
-        order = [n.attrs["name"] for n in sorted(graph.inputs(), key=lambda n: n.id)]
-        func = lower_to_function(graph, name, params=order).with_attr("global_symbol", name)
-        return tvm.IRModule({name: func})
+        return graph_module(self.to_tensor_graph(), name)
 
     def evaluate(self, feeds: dict) -> list[np.ndarray]:
         """Run the graph with the registry's NumPy semantics."""
         return self.to_tensor_graph().evaluate(feeds)
+
+
+def graph_module(graph: TensorGraph, name: str = "main") -> Any:
+    """A TensorGraph as a Relax IRModule: one function whose parameters are the inputs in creation order."""
+    import tvm
+
+    from .relay_pass.lower import lower_to_function
+
+    order = [n.attrs["name"] for n in sorted(graph.inputs(), key=lambda n: n.id)]
+    func = lower_to_function(graph, name, params=order).with_attr("global_symbol", name)
+    return tvm.IRModule({name: func})
 
 
 def new_graph(seed: int = 0) -> Graph:
@@ -288,13 +292,11 @@ def export_onnx(obj: Any, opset: Optional[int] = None, like: Any = None) -> Any:
     import tvm
 
     from .onnx_io.export import export_relax
-    from .relay_pass.lower import lower_to_function
 
     if isinstance(obj, Graph):
         mod = obj.to_relax()
     elif isinstance(obj, TensorGraph):
-        order = [n.attrs["name"] for n in sorted(obj.inputs(), key=lambda n: n.id)]
-        mod = tvm.IRModule({"main": lower_to_function(obj, params=order).with_attr("global_symbol", "main")})
+        mod = graph_module(obj)
     elif isinstance(obj, tvm.IRModule):
         mod = obj
     else:

@@ -5,7 +5,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from collections import Counter
 from typing import Any, Optional, Sequence

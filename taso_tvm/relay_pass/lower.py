@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from tvm import relax
@@ -125,11 +125,9 @@ def _is_block_output(v: Any) -> bool:
     return isinstance(v, relax.Var) and not isinstance(v, relax.DataflowVar)
 
 
-def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None,
-                      transform: Optional[Callable] = None) -> relax.Function:
+def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None
+                      ) -> relax.Function:
     """A standalone Relax function for a graph: its inputs become parameters (in `params` order if given)."""
-    from ..graph.ops.relax_util import tensor_type  # noqa: F401  (keeps the import graph explicit)
-
     in_nodes = {n.attrs["name"]: n for n in graph.inputs()}
     order = list(params) if params is not None else sorted(in_nodes)
     pvars = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -24,7 +23,6 @@ from .context import (
     is_tir_var,
     onnx_dtype,
     prim_dtype,
-    tensor_type,
 )
 
 # Relax op name -> converter(ctx, call, attrs, args) -> ONNX value (str or list of values)
