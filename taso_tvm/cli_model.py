@@ -114,7 +114,7 @@ def _optimize_module(mod: Any, settings: dict) -> tuple[Any, Any]:
     return p(mod), p.report
 
 
-def _summary(report: Any, mod_before: Any, mod_after: Any, out: str, seconds: float) -> str:
+def _summary(report: Any, out: str, seconds: float) -> str:
     tot = report.total
     lines = ["", f"{'':24s}{'before':>14s}{'after':>14s}"]
     if tot is None:
@@ -158,7 +158,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 args.rtol, args.atol)
     onnx.save(out_model, args.output)
     if report is not None:
-        print(_summary(report, mod, new_mod, args.output, time.monotonic() - t0))
+        print(_summary(report, args.output, time.monotonic() - t0))
         if args.report:
             _write_report(args.report, report, args)
     else:
@@ -209,7 +209,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     ex.export_library(args.output)
     write_signature(args.output, proto, shapes)
     if report is not None:
-        print(_summary(report, mod, new_mod, args.output, time.monotonic() - t0))
+        print(_summary(report, args.output, time.monotonic() - t0))
     else:
         print(f"written to {args.output}")
     return 0

@@ -124,7 +124,7 @@ class NodeStore:
 class TensorGraph:
     """An immutable graph: a node store and the output tensors. Derived data is computed once, lazily."""
 
-    __slots__ = ("store", "outputs", "_order", "_consumers", "_ids", "_hash")
+    __slots__ = ("store", "outputs", "_order", "_consumers", "_ids", "_hash", "_weight_only")
 
     def __init__(self, store: NodeStore, outputs: Iterable[TensorRef]):
         self.store = store
@@ -133,6 +133,7 @@ class TensorGraph:
         self._consumers: Optional[dict] = None
         self._ids: Optional[frozenset] = None
         self._hash: Optional[int] = None
+        self._weight_only: Optional[frozenset] = None
 
     # ---------------------------------------------------------------- structure
     def node(self, nid: int) -> Node:
@@ -188,12 +189,15 @@ class TensorGraph:
 
     def weight_only_ids(self) -> frozenset:
         """Ids of the computation nodes whose inputs are all weights (folded to constants when lowered)."""
+        if self._weight_only is not None:  # computed once: the search asks for every candidate
+            return self._weight_only
         wo: set[int] = set()
         for n in self.topo_order():
             if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs and
                                     all(i in wo for i, _ in n.inputs)):
                 wo.add(n.id)
-        return frozenset(i for i in wo if self.store.nodes[i].op != "weight")
+        self._weight_only = frozenset(i for i in wo if self.store.nodes[i].op != "weight")
+        return self._weight_only
 
     @property
     def num_runtime_ops(self) -> int:
