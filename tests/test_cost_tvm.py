@@ -104,6 +104,39 @@ def test_a_kernel_that_fails_to_build_costs_inf_and_costing_goes_on(tmp_path, ca
         assert again.graph_cost(g) == math.inf and again.backend.counters.builds == 0
 
 
+def test_a_build_worker_that_dies_fails_no_kernel(tmp_path):
+    """A worker killed mid-batch (out of memory, say) takes its queued kernels with it: they are rebuilt one at a
+    time, all cost what they measure, and no failure reaches the cache."""
+    import signal
+    import threading
+
+    S = NodeStore()
+    outs = [S.add("relu", [S.input(f"x{i}", TensorType((4, 8 + i)))])[0] for i in range(8)]
+    g = TensorGraph(S, outs)
+    with CostModel(_cfg(tmp_path)) as cm:
+        killed = []
+
+        def kill_worker():
+            for _ in range(600):
+                pool = cm.backend._pool
+                procs = [p for p in (getattr(pool, "_processes", None) or {}).values() if p.is_alive()]
+                if procs:
+                    os.kill(procs[0].pid, signal.SIGKILL)
+                    killed.append(procs[0].pid)
+                    return
+                time.sleep(0.05)
+
+        t = threading.Thread(target=kill_worker)
+        t.start()
+        cost = cm.graph_cost(g)
+        t.join()
+        assert killed, "no worker pool was started"
+        assert math.isfinite(cost)
+        assert cm.backend.counters.extra.get("crash_retries", 0) >= 1 and cm.backend.counters.build_failures == 0
+    with CostModel(_cfg(tmp_path)) as again:  # every kernel was measured and cached
+        assert math.isfinite(again.graph_cost(g)) and again.backend.counters.builds == 0
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build CUDA kernels")
 def test_cuda_kernels_build_for_sm_90_and_run_where_a_gpu_exists(tmp_path):
     import tvm

@@ -22,8 +22,15 @@ on the graph's *sub-nodes* (see `patterns.expand`: one per legalized `call_tir`,
    lone reshape is what RewriteDataflowReshape later turns into a view; it stays a kernel here and is measured
    as such (its measured cost is the view's real cost).
 
-Kernels are memoized per node store: the per-node expansion by node id, the signature of a group by its node
-set, and whole partitions by the graph's node set and outputs, so re-costing a graph costs a dict lookup.
+Partitioning is incremental. Fusion never crosses a *barrier edge*, an edge into an anchor or an opaque node
+(the path pattern through it is at least OUT_EWISE_FUSABLE, which fails every fusion test; an injective
+op's path check fails on the anchor's group). So the graph splits into *components*, the nodes joined by
+non-barrier edges, and FuseOps run on one component alone, with the tensors used outside it marked external,
+groups it exactly as FuseOps on the whole graph does (a test checks this on every candidate of real searches).
+Each component is keyed by its content (operator, attributes and types of each node in topological order, the
+wiring inside it, and which tensors leave it) and its kernels are memoized under that key. A rewrite changes
+a few components; the rest, including the nodes a rewrite re-creates downstream (same content, new ids), are
+memo hits. Whole partitions are memoized by the graph's node set too.
 """
 from __future__ import annotations
 
@@ -34,28 +41,48 @@ from typing import Optional
 from ..graph.tensor_graph import NodeStore, TensorGraph
 from .graph_partitioner import MAX_FUSE_DEPTH, fuse
 from .kernel import Kernel, KernelSig, freeze_attrs
-from .patterns import INJECTIVE, expand
+from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
 
 
 
 class _StoreMemo:
-    __slots__ = ("info", "weight_only", "attrs", "sigs", "graphs")
+    """Per-store facts about nodes: weight-only flags, content ids, frozen attributes."""
+
+    __slots__ = ("weight_only", "content", "attrs", "graphs")
 
     def __init__(self) -> None:
-        self.info: dict[int, Optional[tuple]] = {}
         self.weight_only: dict[int, bool] = {}
+        self.content: dict[int, Optional[int]] = {}  # node id -> content id (None: source or weight-only)
         self.attrs: dict[int, tuple] = {}  # id(attrs dict) -> frozen attrs (remade nodes share their dict)
-        self.sigs: dict[tuple, KernelSig] = {}
         self.graphs: OrderedDict = OrderedDict()
 
 
-class Partitioner:
-    """Kernel partitioning with memoization; one instance serves any number of graphs and stores."""
+class _Component:
+    """The kernels of one component, in local node indices: [(member indices, root index, signature)]."""
 
-    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH, graph_memo_size: int = 8192):
+    __slots__ = ("kernels",)
+
+    def __init__(self, kernels: list):
+        self.kernels = kernels
+
+
+class Partitioner:
+    """Kernel partitioning with memoization; one instance serves any number of graphs and stores.
+
+    `split_components=False` runs FuseOps on the whole graph at once (the reference the split is tested
+    against)."""
+
+    def __init__(self, max_fuse_depth: int = MAX_FUSE_DEPTH, graph_memo_size: int = 8192,
+                 component_memo_size: int = 1 << 18, split_components: bool = True):
         self.max_fuse_depth = max_fuse_depth
         self.graph_memo_size = graph_memo_size
+        self.component_memo_size = component_memo_size
+        self.split_components = split_components
         self._memos: "weakref.WeakKeyDictionary[NodeStore, _StoreMemo]" = weakref.WeakKeyDictionary()
+        self._content_ids: dict[tuple, int] = {}
+        self._content_info: list[tuple] = []  # content id -> (sub-node patterns, TupleGetItem count, barrier)
+        self._components: OrderedDict = OrderedDict()
+        self.component_misses = 0
 
     def _memo(self, store: NodeStore) -> _StoreMemo:
         m = self._memos.get(store)
@@ -84,11 +111,12 @@ class Partitioner:
             wo = graph.is_weight_only((nid, 0), memo.weight_only)
         return wo
 
-    def _info(self, graph: TensorGraph, memo: _StoreMemo, node) -> Optional[tuple]:
-        """(sub-node patterns, TupleGetItem count), or None for sources and weight-only nodes. Nodes come in
-        topological order, so the inputs' weight-only flags are known."""
-        if node.id in memo.info:
-            return memo.info[node.id]
+    def _content(self, graph: TensorGraph, memo: _StoreMemo, node) -> Optional[int]:
+        """The node's content id (equal for nodes that compute the same operator on the same types), or None
+        for sources and weight-only nodes. Nodes come in topological order, so the inputs' flags are known."""
+        nid = node.id
+        if nid in memo.content:
+            return memo.content[nid]
         wmemo = memo.weight_only
         op = node.op
         if op == "weight":
@@ -97,27 +125,103 @@ class Partitioner:
             wo = False
         else:
             wo = all(wmemo[i] if i in wmemo else self._weight_only(graph, memo, i) for i, _ in node.inputs)
-        wmemo[node.id] = wo
-        if op in ("input", "weight") or wo:
-            inf = None
-        else:
-            in_types = [graph.type(r) for r in node.inputs]
-            inf = expand(node.op, node.attrs, in_types, node.types)
-        memo.info[node.id] = inf
-        return inf
+        wmemo[nid] = wo
+        cid = None
+        if op not in ("input", "weight") and not wo:
+            in_types = tuple(graph.type(r) for r in node.inputs)
+            if op == "opaque":
+                attrs = ("key", node.attrs["key"])
+            else:
+                attrs = memo.attrs.get(id(node.attrs))
+                if attrs is None:
+                    attrs = memo.attrs[id(node.attrs)] = freeze_attrs(node.attrs)
+            ckey = (op, attrs, in_types, node.types)
+            cid = self._content_ids.get(ckey)
+            if cid is None:
+                cid = self._content_ids[ckey] = len(self._content_info)
+                chain, ntgi = expand(op, node.attrs, in_types, node.types)
+                barrier = self.split_components and chain[0] >= OUT_EWISE_FUSABLE
+                self._content_info.append((chain, ntgi, barrier))
+        memo.content[nid] = cid
+        return cid
 
     # ------------------------------------------------------------------ partition
     def _partition(self, graph: TensorGraph, memo: _StoreMemo) -> list[Kernel]:
+        content = memo.content
+        info = self._content_info
+        uf: dict[int, int] = {}
+
+        def find(x: int) -> int:
+            r = x
+            while uf[r] != r:
+                r = uf[r]
+            while uf[x] != r:
+                uf[x], x = r, uf[x]
+            return r
+
+        order = []
+        for node in graph.topo_order():
+            cid = content[node.id] if node.id in content else self._content(graph, memo, node)
+            if cid is None:
+                continue
+            nid = node.id
+            order.append(node)
+            uf[nid] = nid
+            if not info[cid][2]:  # edges into a barrier do not join components
+                for i, _ in node.inputs:
+                    if i in uf:
+                        a, b = find(i), find(nid)
+                        if a != b:
+                            uf[b] = a
+        comps: dict[int, list] = {}
+        leaving: set = set()  # tensors used outside their component (or by the graph's caller)
+        for node in order:
+            r = find(node.id)
+            comps.setdefault(r, []).append(node)
+            for ref in node.inputs:
+                if ref[0] in uf and find(ref[0]) != r:
+                    leaving.add(ref)
+        leaving.update(ref for ref in graph.outputs if ref[0] in uf)
+        kernels = []
+        wmemo = memo.weight_only
+        cmemo = self._components
+        for members in comps.values():
+            local = {n.id: k for k, n in enumerate(members)}
+            key = []
+            for n in members:
+                ins = []
+                for ref in n.inputs:
+                    k = local.get(ref[0])
+                    ins.append((k, ref[1]) if k is not None else (-2 if wmemo[ref[0]] else -1, 0))
+                exits = 0
+                for t in range(len(n.types)):
+                    if (n.id, t) in leaving:
+                        exits |= 1 << t
+                key.append((content[n.id], tuple(ins), exits))
+            key = tuple(key)
+            comp = cmemo.get(key)
+            if comp is None:
+                comp = self._fuse_component(graph, memo, members, leaving)
+                cmemo[key] = comp
+                self.component_misses += 1
+                if len(cmemo) > self.component_memo_size:
+                    cmemo.popitem(last=False)
+            for idx, root, sig in comp.kernels:
+                kernels.append(Kernel(sig, tuple(members[k].id for k in idx), members[root].id))
+        kernels.sort(key=lambda k: k.nodes[-1])
+        return kernels
+
+    def _fuse_component(self, graph: TensorGraph, memo: _StoreMemo, members: list, leaving: set) -> _Component:
+        """FuseOps on one component (nodes in topological order); tensors in `leaving` are external uses."""
+        info = self._content_info
+        content = memo.content
         pats: list[int] = []
         owner: list[int] = []
         is_tgi: list[bool] = []
         outs: list[list] = []
         tensor_sub: dict[tuple, int] = {}
-        for node in graph.topo_order():
-            inf = self._info(graph, memo, node)
-            if inf is None:
-                continue
-            chain, ntgi = inf
+        for node in members:
+            chain, ntgi, _ = info[content[node.id]]
             base = len(pats)
             p0 = chain[0]
             for ref in node.inputs:
@@ -146,10 +250,8 @@ class Partitioner:
                 for t in range(len(node.types)):
                     tensor_sub[(nid, t)] = last
         n = len(pats)
-        if n == 0:
-            return []
         extern = [False] * n
-        for ref in graph.outputs:
+        for ref in leaving:
             s = tensor_sub.get(ref)
             if s is not None:
                 extern[s] = True
@@ -157,41 +259,32 @@ class Partitioner:
         groups: dict[int, list[int]] = {}
         for i in range(n):
             groups.setdefault(root[i], []).append(i)
-        kernels = []
-        consumers = None
-        for r, members in groups.items():
+        local = {node.id: k for k, node in enumerate(members)}
+        users: dict[tuple, set] = {}  # tensor -> member ids reading it
+        for node in members:
+            for ref in node.inputs:
+                if ref[0] in local:
+                    users.setdefault(ref, set()).add(node.id)
+        result = []
+        for r, subs in groups.items():
             nodes = []
-            for s in members:
+            for s in subs:
                 if not is_tgi[s] and (not nodes or nodes[-1] != owner[s]):
                     nodes.append(owner[s])
             if not nodes:
                 continue  # TupleGetItems only: no kernel
-            if consumers is None:
-                consumers = graph.consumers()
-            kernels.append(self._kernel(graph, memo, nodes, owner[r], consumers))
-        kernels.sort(key=lambda k: k.nodes[-1] if k.nodes else -1)
-        return kernels
-
-    def _kernel(self, graph: TensorGraph, memo: _StoreMemo, nodes: list[int], root: int, consumers) -> Kernel:
-        members = set(nodes)
-        out_refs = []
-        for nid in nodes:
-            for t in range(len(graph.node(nid).types)):
-                for c, _ in consumers.get((nid, t), ()):
-                    if c == -1 or c not in members:
-                        out_refs.append((nid, t))
-                        break
-        key = (frozenset(members), tuple(out_refs))
-        sig = memo.sigs.get(key)
-        if root not in members:
-            root = nodes[-1]
-        if sig is None:
-            sig, order = self._signature(graph, memo, members, nodes, root, out_refs)
-            memo.sigs[key] = sig
-        return Kernel(sig, tuple(nodes), root)
+            kroot = owner[r]
+            mset = set(nodes)
+            if kroot not in mset:
+                kroot = nodes[-1]
+            out_refs = [(nid, t) for nid in nodes for t in range(len(graph.node(nid).types))
+                        if (nid, t) in leaving or not users.get((nid, t), mset) <= mset]
+            sig = self._signature(graph, memo, mset, nodes, kroot, out_refs)
+            result.append((tuple(local[i] for i in nodes), local[kroot], sig))
+        return _Component(result)
 
     def _signature(self, graph: TensorGraph, memo: _StoreMemo, members: set, nodes: list[int], root: int,
-                   out_refs: list) -> tuple[KernelSig, list[int]]:
+                   out_refs: list) -> KernelSig:
         store_nodes = graph.store.nodes
         order: list[int] = []
         seen: set[int] = set()
@@ -241,4 +334,4 @@ class Partitioner:
             outputs = tuple(sorted((local[i], t) for i, t in out_refs))
         else:
             outputs = tuple((local[root], t) for t in range(len(graph.node(root).types)))
-        return KernelSig.make(tuple(specs), tuple(inputs), outputs), order
+        return KernelSig.make(tuple(specs), tuple(inputs), outputs)

@@ -86,7 +86,7 @@ class CostModel:
         for s, m in measured.items():
             self._mem[s] = m.cost_ms
             self.details[s] = m
-            if m.status != "analytic":
+            if m.persistent:
                 rows.append((s.key, s.label(), m.cost_ms, m.status, m.detail))
         if self.cache is not None and self.backend.cacheable:
             self.cache.put_many(self.scope, rows)

@@ -7,6 +7,7 @@ hash is the hash of its node-id set. A graph is just its outputs; its nodes are 
 """
 from __future__ import annotations
 
+import heapq
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -145,6 +146,9 @@ class TensorGraph:
     def topo_order(self) -> list[Node]:
         """Nodes reachable from the outputs in creation order, which is topological: a node is always
         created after its inputs. A lifted, unchanged graph so comes back in its original binding order."""
+        if self._order is None and self._ids is not None:  # a rewrite's result knows its node set
+            nodes = self.store.nodes
+            self._order = [nodes[i] for i in sorted(self._ids)]
         if self._order is None:
             nodes = self.store.nodes
             seen: set[int] = set()
@@ -307,7 +311,46 @@ class TensorGraph:
             ref = target(ref)
             build(ref[0])
             outs.append((new_id[ref[0]], ref[1]))
-        return TensorGraph(store, outs)
+        result = TensorGraph(store, outs)
+        added = {new_id[v] for v in state if not (v in ids and v not in affected)}
+        result._ids = self._derived_ids(affected, added, outs, {ref[0] for ref in mapping if ref[0] in ids})
+        return result
+
+    def _derived_ids(self, removed: set, added: set, outs: list, replaced: set) -> frozenset:
+        """The node set of a rewrite of this graph, from the change alone: drop `removed` (the re-created
+        downstream nodes), add `added` (the nodes the rewrite built), and drop the nodes left without a use,
+        found by walking up from the replaced nodes and the removed nodes' inputs in decreasing id order (consumers
+        before producers)."""
+        nodes = self.store.nodes
+        ids = self.node_ids
+        cons = self.consumers()
+        used = {i for a in added for i, _ in nodes[a].inputs}
+        used.update(i for i, _ in outs)
+        dead: set[int] = set()
+        starts = replaced | {i for r in removed for i, _ in nodes[r].inputs}
+        heap = [-i for i in starts if i not in removed and i not in added]
+        heapq.heapify(heap)
+        queued = set(heap)
+        while heap:
+            x = -heapq.heappop(heap)
+            if x in used:
+                continue
+            alive = False
+            for ref in nodes[x].outputs:
+                for c, _ in cons.get(ref, ()):
+                    if c >= 0 and c not in removed and c not in dead:
+                        alive = True
+                        break
+                if alive:
+                    break
+            if alive:
+                continue
+            dead.add(x)
+            for i, _ in nodes[x].inputs:
+                if -i not in queued and i not in added:
+                    queued.add(-i)
+                    heapq.heappush(heap, -i)
+        return (ids - removed - dead) | added
 
     def with_outputs(self, outputs: Sequence[TensorRef]) -> "TensorGraph":
         return TensorGraph(self.store, outputs)

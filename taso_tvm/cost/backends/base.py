@@ -14,12 +14,18 @@ class Measurement:
     """The cost of one kernel in milliseconds (inf when it failed), with a status and a one-line detail."""
 
     cost_ms: float
-    status: str = "ok"  # ok | build_failed | run_failed | analytic
+    status: str = "ok"  # ok | build_failed | build_timeout | run_failed | analytic
     detail: str = ""
 
     @property
     def ok(self) -> bool:
         return math.isfinite(self.cost_ms)
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the result holds on a later run (a measurement or a failure), so the cache may keep it; an
+        analytic estimate or a build that ran out of time on a busy machine does not."""
+        return self.status in ("ok", "build_failed", "run_failed")
 
 
 @dataclass

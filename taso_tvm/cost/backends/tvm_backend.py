@@ -8,6 +8,7 @@ compete with each other or with builds for the cores.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import contextlib
 import json
@@ -17,6 +18,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 BuildResult = tuple  # (library path or None, error or None, seconds)
 MIN_POOL_BATCH = 6  # batches smaller than this build in this process while no worker pool is running
+TIMED_OUT = "timed out"  # a build that ran out of time may succeed on a quieter machine: not cached
 
 
 class TvmBackend(Backend):
@@ -101,7 +104,7 @@ class TvmBackend(Backend):
     def _drop_pool(self) -> None:
         if self._pool is not None:
             procs = list((getattr(self._pool, "_processes", None) or {}).values())
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=False)  # queued work fails with the workers (no cancel: CPython gh-107219)
             for p in procs:
                 if p.is_alive():
                     p.terminate()
@@ -109,9 +112,12 @@ class TvmBackend(Backend):
 
     def build(self, sigs: Sequence[KernelSig], progress: Optional[Progress] = None) -> dict[KernelSig, BuildResult]:
         """Build each kernel to a library file. With build_jobs = N, N - 1 spawned workers take kernels from the
-        front of the list while this process builds from the back (no idle parent, one spawn fewer)."""
+        front of the list while this process builds from the back (no idle parent, one spawn fewer). Workers are
+        fed a few kernels at a time, so nothing queued has to be cancelled. A worker that dies (out of memory,
+        say) takes its queued kernels with it: those are rebuilt one at a time in a fresh worker, so only a
+        kernel that crashes alone fails."""
         results: dict[KernelSig, BuildResult] = {}
-        jobs = [(s, self._lib_path()) for s in sigs]
+        jobs = collections.deque((s, self._lib_path()) for s in sigs)
         workers = self.config.num_build_jobs - 1
         # a worker costs a TVM import (seconds): small batches build here unless the pool is already up
         if workers < 1 or len(jobs) <= 1 or (self._pool is None and len(jobs) < MIN_POOL_BATCH):
@@ -119,32 +125,63 @@ class TvmBackend(Backend):
                 self._build_here(s, path, results, progress)
             return results
         pool = self._get_pool(workers)
-        with _main_module_hidden():  # workers are spawned during submit
-            futures = {pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path):
-                       (s, path) for s, path in jobs}
-        for fut, (s, path) in reversed(list(futures.items())):
-            if fut.cancel():  # not yet taken by a worker: build it here
-                self._build_here(s, path, results, progress)
-        pending = {f: sp[0] for f, sp in futures.items() if not f.cancelled()}
-        try:
-            for fut in cf.as_completed(pending, timeout=self.config.build_timeout_s):
-                s = pending[fut]
+        in_flight: dict[cf.Future, tuple] = {}
+        crashed: list[tuple] = []
+
+        def feed() -> None:
+            while not crashed and jobs and len(in_flight) < 2 * workers:
+                s, path = jobs.popleft()
+                with _main_module_hidden():  # workers are spawned during submit
+                    in_flight[pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host,
+                                          path)] = (s, path)
+
+        def collect(timeout: float) -> bool:
+            done, _ = cf.wait(in_flight, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                s, path = in_flight.pop(fut)
                 try:
                     results[s] = fut.result()
-                except Exception as e:  # noqa: BLE001  (a crashed worker)
-                    results[s] = (None, f"build process failed: {one_line(e)}", 0.0)
+                except Exception:  # noqa: BLE001  (the worker died)
+                    crashed.append((s, path))
+                    continue
                 self._after_build(s, results[s], progress)
-        except cf.TimeoutError:
-            log.warning("kernel builds did not finish within %.0f s; the rest count as failed",
-                        self.config.build_timeout_s)
-        if len(results) < len(jobs) or any(r[1] and r[1].startswith("build process failed") for r in
-                                           results.values()):
+            return bool(done)
+
+        feed()
+        while jobs:
+            s, path = jobs.pop()
+            self._build_here(s, path, results, progress)
+            collect(0)
+            feed()
+        deadline = time.monotonic() + self.config.build_timeout_s
+        while in_flight and collect(max(0.0, deadline - time.monotonic())):
+            pass
+        if in_flight:
+            log.warning("kernel builds did not finish within %.0f s", self.config.build_timeout_s)
+        if crashed or in_flight:
             self._drop_pool()
-        for s, _ in jobs:
-            if s not in results:
-                results[s] = (None, f"build did not finish within {self.config.build_timeout_s:.0f} s", 0.0)
-                self._after_build(s, results[s], progress)
+        for s, path in crashed:
+            self.counters.extra["crash_retries"] = self.counters.extra.get("crash_retries", 0) + 1
+            results[s] = self._build_isolated(s, path)
+            self._after_build(s, results[s], progress)
+        for s, _ in in_flight.values():
+            results[s] = (None, f"{TIMED_OUT}: build did not finish within {self.config.build_timeout_s:.0f} s", 0.0)
+            self._after_build(s, results[s], progress)
         return results
+
+    def _build_isolated(self, s: KernelSig, path: str) -> BuildResult:
+        """Build one kernel alone in a one-worker pool (a new one after a crash)."""
+        pool = self._get_pool(1)
+        with _main_module_hidden():
+            fut = pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path)
+        try:
+            return fut.result(timeout=self.config.build_timeout_s)
+        except cf.TimeoutError:
+            self._drop_pool()
+            return None, f"{TIMED_OUT}: build did not finish within {self.config.build_timeout_s:.0f} s", 0.0
+        except Exception as e:  # noqa: BLE001  (it crashed its worker even alone: a failed kernel)
+            self._drop_pool()
+            return None, f"build process failed: {one_line(e)}", 0.0
 
     def _build_here(self, s: KernelSig, path: str, results: dict, progress: Optional[Progress]) -> None:
         results[s] = build_kernel((s.nodes, s.inputs, s.outputs), self.target, self.host, path)
@@ -221,7 +258,8 @@ class TvmBackend(Backend):
             for s in todo:
                 path, err, _ = built[s]
                 if path is None:
-                    out[s] = Measurement(math.inf, "build_failed", err or "")
+                    status = "build_timeout" if (err or "").startswith(TIMED_OUT) else "build_failed"
+                    out[s] = Measurement(math.inf, status, err or "")
                 else:
                     out[s] = self._measure_one(s, path)
                     try:
