@@ -26,7 +26,8 @@ Partitioning is incremental. Fusion never crosses a *barrier edge*, an edge into
 (the path pattern through it is at least OUT_EWISE_FUSABLE, which fails every fusion test; an injective
 op's path check fails on the anchor's group). So the graph splits into *components*, the nodes joined by
 non-barrier edges, and FuseOps run on one component alone, with the tensors used outside it marked external,
-groups it exactly as FuseOps on the whole graph does (a test checks this on every candidate of real searches).
+groups it exactly as FuseOps on the whole graph does (`tests/test_incremental.py` checks this on rewritten
+zoo graphs).
 Each component is keyed by its content (operator, attributes and types of each node in topological order, the
 wiring inside it, and which tensors leave it) and its kernels are memoized under that key. A rewrite changes
 a few components; the rest, including the nodes a rewrite re-creates downstream (same content, new ids), are
@@ -44,7 +45,6 @@ from .kernel import Kernel, KernelSig, freeze_attrs
 from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
 
 
-
 class _StoreMemo:
     """Per-store facts about nodes: weight-only flags, content ids, frozen attributes."""
 
@@ -55,15 +55,6 @@ class _StoreMemo:
         self.content: dict[int, Optional[int]] = {}  # node id -> content id (None: source or weight-only)
         self.attrs: dict[int, tuple] = {}  # id(attrs dict) -> frozen attrs (remade nodes share their dict)
         self.graphs: OrderedDict = OrderedDict()
-
-
-class _Component:
-    """The kernels of one component, in local node indices: [(member indices, root index, signature)]."""
-
-    __slots__ = ("kernels",)
-
-    def __init__(self, kernels: list):
-        self.kernels = kernels
 
 
 class Partitioner:
@@ -173,32 +164,45 @@ class Partitioner:
                         a, b = find(i), find(nid)
                         if a != b:
                             uf[b] = a
-        comps: dict[int, list] = {}
-        leaving: set = set()  # tensors used outside their component (or by the graph's caller)
-        for node in order:
-            r = find(node.id)
-            comps.setdefault(r, []).append(node)
-            for ref in node.inputs:
-                if ref[0] in uf and find(ref[0]) != r:
-                    leaving.add(ref)
-        leaving.update(ref for ref in graph.outputs if ref[0] in uf)
-        kernels = []
+        # components in topological order, each member described by its content and its inputs' origins:
+        # (local index, output) inside the component, -1 for a runtime tensor from outside, -2 for a weight
         wmemo = memo.weight_only
+        comps: dict[int, list] = {}
+        descs: dict[int, list] = {}
+        pos: dict[int, int] = {}
+        rootof: dict[int, int] = {}
+        leaving: set = set()  # tensors used outside their component (or by the graph's caller)
+        exits: dict[int, int] = {}  # node id -> bit mask of its outputs in `leaving`
+        for node in order:
+            nid = node.id
+            r = rootof[nid] = find(nid)
+            members = comps.get(r)
+            if members is None:
+                members = comps[r] = []
+                descs[r] = []
+            pos[nid] = len(members)
+            members.append(node)
+            ins = []
+            for ref in node.inputs:
+                p = ref[0]
+                rp = rootof.get(p)
+                if rp is None:
+                    ins.append(-2 if wmemo[p] else -1)
+                elif rp == r:
+                    ins.append((pos[p], ref[1]))
+                else:
+                    ins.append(-1)
+                    leaving.add(ref)
+                    exits[p] = exits.get(p, 0) | (1 << ref[1])
+            descs[r].append((content[nid], tuple(ins)))
+        for ref in graph.outputs:
+            if ref[0] in uf:
+                leaving.add(ref)
+                exits[ref[0]] = exits.get(ref[0], 0) | (1 << ref[1])
+        kernels = []
         cmemo = self._components
-        for members in comps.values():
-            local = {n.id: k for k, n in enumerate(members)}
-            key = []
-            for n in members:
-                ins = []
-                for ref in n.inputs:
-                    k = local.get(ref[0])
-                    ins.append((k, ref[1]) if k is not None else (-2 if wmemo[ref[0]] else -1, 0))
-                exits = 0
-                for t in range(len(n.types)):
-                    if (n.id, t) in leaving:
-                        exits |= 1 << t
-                key.append((content[n.id], tuple(ins), exits))
-            key = tuple(key)
+        for r, members in comps.items():
+            key = tuple((c, ins, exits.get(n.id, 0)) for (c, ins), n in zip(descs[r], members))
             comp = cmemo.get(key)
             if comp is None:
                 comp = self._fuse_component(graph, memo, members, leaving)
@@ -206,13 +210,14 @@ class Partitioner:
                 self.component_misses += 1
                 if len(cmemo) > self.component_memo_size:
                     cmemo.popitem(last=False)
-            for idx, root, sig in comp.kernels:
+            for idx, root, sig in comp:
                 kernels.append(Kernel(sig, tuple(members[k].id for k in idx), members[root].id))
         kernels.sort(key=lambda k: k.nodes[-1])
         return kernels
 
-    def _fuse_component(self, graph: TensorGraph, memo: _StoreMemo, members: list, leaving: set) -> _Component:
-        """FuseOps on one component (nodes in topological order); tensors in `leaving` are external uses."""
+    def _fuse_component(self, graph: TensorGraph, memo: _StoreMemo, members: list, leaving: set) -> tuple:
+        """FuseOps on one component (nodes in topological order); tensors in `leaving` are external uses.
+        Returns its kernels in local node indices: ((member indices, root index, signature), ...)."""
         info = self._content_info
         content = memo.content
         pats: list[int] = []
@@ -281,7 +286,7 @@ class Partitioner:
                         if (nid, t) in leaving or not users.get((nid, t), mset) <= mset]
             sig = self._signature(graph, memo, mset, nodes, kroot, out_refs)
             result.append((tuple(local[i] for i in nodes), local[kroot], sig))
-        return _Component(result)
+        return tuple(result)
 
     def _signature(self, graph: TensorGraph, memo: _StoreMemo, members: set, nodes: list[int], root: int,
                    out_refs: list) -> KernelSig:

@@ -314,6 +314,16 @@ class TensorGraph:
         result = TensorGraph(store, outs)
         added = {new_id[v] for v in state if not (v in ids and v not in affected)}
         result._ids = self._derived_ids(affected, added, outs, {ref[0] for ref in mapping if ref[0] in ids})
+        if self._weight_only is not None:  # kept nodes keep their inputs, so their flags hold
+            wo = set(self._weight_only.intersection(result._ids))
+            for a in sorted(added):
+                n = nodes[a]
+                if n.op not in SOURCE_OPS and n.op != "opaque" and n.inputs and \
+                        all(i in wo or nodes[i].op == "weight" for i, _ in n.inputs):
+                    wo.add(a)
+                else:
+                    wo.discard(a)
+            result._weight_only = frozenset(wo)
         return result
 
     def _derived_ids(self, removed: set, added: set, outs: list, replaced: set) -> frozenset:

@@ -19,6 +19,7 @@ Grammar (lowest precedence first)::
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -455,14 +456,17 @@ _VALUE_FNS: dict[str, tuple[int, Callable]] = {  # name -> (arity, fn over evalu
 }
 
 
+@functools.lru_cache(maxsize=64)
 def _identity_kernel(c: int, kh: int, kw: int) -> Any:
-    """The OIHW kernel of a convolution that copies its c input channels (1 at the centre tap of channel i -> i)."""
+    """The OIHW kernel of a convolution that copies its c input channels (1 at the centre tap of channel i -> i).
+    Read-only and shared: the search asks for the same kernel at every match."""
     import numpy as np
 
     if c < 1 or kh % 2 == 0 or kw % 2 == 0:
         raise ExprError(f"identity_kernel({c}, {kh}, {kw}): needs c >= 1 and odd kernel sizes")
     k = np.zeros((c, c, kh, kw))
     k[np.arange(c), np.arange(c), kh // 2, kw // 2] = 1.0
+    k.flags.writeable = False
     return k
 
 FUNCTIONS = set(_TENSOR_FNS) | set(_VALUE_FNS)

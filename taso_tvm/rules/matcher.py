@@ -509,10 +509,22 @@ def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = N
 
 
 # ---------------------------------------------------------------- apply
+_SHARED_CONSTS: dict = {}  # (id, dtype) of a read-only array -> (array, converted array, key)
+
+
 def _const_weight(store, value: Any, dtype: str):
+    shared = isinstance(value, np.ndarray) and not value.flags.writeable  # e.g. a cached identity_kernel()
+    hit = _SHARED_CONSTS.get((id(value), dtype)) if shared else None
+    if hit is not None and hit[0] is value:
+        return store.weight(hit[1], key=hit[2])
     arr = np.ascontiguousarray(value, dtype=dtype)
     digest = hashlib.blake2b(arr.tobytes(), digest_size=20).hexdigest()  # equal constants share one node
     key = f"const:{arr.dtype}:{arr.shape}:{digest}"
+    if shared:
+        arr.flags.writeable = False
+        if len(_SHARED_CONSTS) > 256:
+            _SHARED_CONSTS.clear()
+        _SHARED_CONSTS[(id(value), dtype)] = (value, arr, key)  # holding `value` keeps its id unique
     return store.weight(arr, key=key)
 
 
