@@ -40,7 +40,7 @@ from collections import OrderedDict
 from typing import Optional
 
 from ..graph.tensor_graph import NodeStore, TensorGraph
-from .graph_partitioner import MAX_FUSE_DEPTH, fuse
+from .graph_partitioner import MAX_FUSE_DEPTH, find_root, fuse
 from .kernel import Kernel, KernelSig, freeze_attrs
 from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
 
@@ -143,12 +143,7 @@ class Partitioner:
         uf: dict[int, int] = {}
 
         def find(x: int) -> int:
-            r = x
-            while uf[r] != r:
-                r = uf[r]
-            while uf[x] != r:
-                uf[x], x = r, uf[x]
-            return r
+            return find_root(uf, x)
 
         order = []
         for node in graph.topo_order():

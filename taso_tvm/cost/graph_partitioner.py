@@ -12,6 +12,16 @@ from .patterns import BROADCAST, COMM_REDUCE, ELEMWISE, INJECTIVE, OPAQUE, OUT_E
 MAX_FUSE_DEPTH = 256  # relax.FuseOps.max_depth default (kMaxFusedOps)
 
 
+def find_root(parent, i: int) -> int:
+    """Union-find root of `i` in `parent` (a list or a dict), compressing the path."""
+    r = i
+    while parent[r] != r:
+        r = parent[r]
+    while parent[i] != r:
+        parent[i], i = r, parent[i]
+    return r
+
+
 def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int = MAX_FUSE_DEPTH) -> list[int]:
     """TVM's GraphPartitioner on a forward graph given in topological order; returns each node's group root.
 
@@ -64,12 +74,7 @@ def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int =
     num = [1] * n
 
     def find(i: int) -> int:
-        r = i
-        while gparent[r] != r:
-            r = gparent[r]
-        while gparent[i] != r:
-            gparent[i], i = r, gparent[i]
-        return r
+        return find_root(gparent, i)
 
     def check_path(src: int, sink: int, limit: int, sink_limit: int) -> bool:
         """Every group between src and sink has pattern <= limit, the sink's group <= sink_limit."""
