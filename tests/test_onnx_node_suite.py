@@ -4,8 +4,9 @@ For every case of ``onnx.backend.test.case.node.collect_testcases(None)`` whose 
 ``from_onnx`` imports: import -> FoldConstant -> ``export_relax`` ->
 ``check_model(full_check=True)`` -> ONNX Runtime on the case inputs -> compared with the
 case's expected outputs (case rtol/atol).  Failing cases are re-run in TVM itself; those
-TVM gets wrong too are *frontend-wrong* and excluded.  The failure table is written to
-``docs/export_failures.md`` (same as ``python -m taso_tvm.onnx_io.export.suite --docs ...``).
+TVM gets wrong too are *frontend-wrong* and excluded.  The failure table is written to a temporary
+file, or to ``docs/export_failures.md`` with ``TASO_TVM_UPDATE_DOCS=1`` (same as
+``python -m taso_tvm.onnx_io.export.suite --docs docs/export_failures.md``), so a test run leaves the tree clean.
 """
 import os
 
@@ -20,9 +21,10 @@ DOC = os.path.join(REPO, "docs", "export_failures.md")
 BAR = 0.95
 
 
-def test_onnx_backend_node_suite_round_trip():
+def test_onnx_backend_node_suite_round_trip(tmp_path):
     res = suite.run_suite(check_frontend=True)
-    suite.write_failures_doc(res, DOC)
+    doc = DOC if os.environ.get("TASO_TVM_UPDATE_DOCS") == "1" else str(tmp_path / "export_failures.md")
+    suite.write_failures_doc(res, doc)
     print()
     print(res.summary())
     for r in res.by_status(suite.FAIL):
@@ -38,4 +40,5 @@ def test_onnx_backend_node_suite_round_trip():
     # the bar: >= 95 % of the importable cases that TVM itself gets right
     assert res.strict_rate >= BAR, res.summary()
     assert res.pass_rate >= BAR, res.summary()
-    assert os.path.exists(DOC)
+    text = open(doc).read()
+    assert all(r.name in text for r in res.by_status(suite.FAIL))
