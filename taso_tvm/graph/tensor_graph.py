@@ -52,6 +52,7 @@ class NodeStore:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self._intern: dict[tuple, int] = {}
+        self._attr_items: dict[int, tuple] = {}  # id(attrs of a stored node) -> its sorted items
         self._serial = 0
 
     def type(self, ref: TensorRef) -> TensorType:
@@ -113,12 +114,16 @@ class NodeStore:
         if node.op == "opaque":
             return self._new(("opaque", node.attrs["key"], inputs), "opaque", node.attrs, inputs, node.types,
                              node.value)
-        key = (node.op, tuple(sorted(node.attrs.items())), inputs)
+        items = self._attr_items.get(id(node.attrs))  # remade nodes share their attrs dict
+        if items is None:
+            items = self._attr_items[id(node.attrs)] = tuple(sorted(node.attrs.items()))
+        key = (node.op, items, inputs)
         nid = self._intern.get(key)
         if nid is not None:
             return self.nodes[nid]
         in_types = [self.type(r) for r in inputs]
-        types = tuple(node.opdef.infer(in_types, node.attrs))
+        same = all(t == self.type(r) for t, r in zip(in_types, node.inputs))
+        types = node.types if same else tuple(node.opdef.infer(in_types, node.attrs))
         return self._new(key, node.op, node.attrs, inputs, types)
 
 
