@@ -79,14 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--input-shapes", help='fix input shapes: "name:[1,3,224,224],mask:[1,128]"')
     g.set_defaults(func=cmd_graph)
     add_model_commands(sub)
-    c = sub.add_parser("cost", help="cost of each kernel of a model and the total (TASO's cost())",
-                       add_help=False)
-    c.add_argument("rest", nargs=argparse.REMAINDER)
-    c.set_defaults(func=lambda a: _delegate("taso_tvm.cost.cli", ["cost"] + a.rest))
+    for name, (module, text) in DELEGATED.items():  # listed in the help; main() hands them their arguments
+        d = sub.add_parser(name, help=text, add_help=False)
+        d.add_argument("rest", nargs=argparse.REMAINDER)
+        d.set_defaults(func=lambda a, name=name, module=module: _delegate(module, [name] + a.rest))
     return p
 
 
-DELEGATED = {"cost": "taso_tvm.cost.cli", "rules": "taso_tvm.rules.cli"}
+DELEGATED = {"cost": ("taso_tvm.cost.cli", "cost of each kernel of a model and the total (TASO's cost())"),
+             "rules": ("taso_tvm.rules.cli", "verify and list the rewrite rules (Z3 proofs, cached)")}
 
 
 def _delegate(module: str, argv: list) -> int:
@@ -100,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:  # sub-tools with their own command lines
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        return _delegate(DELEGATED[argv[0]], argv)
+        return _delegate(DELEGATED[argv[0]][0], argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

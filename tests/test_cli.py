@@ -1,5 +1,6 @@
 """The taso-tvm command line: zoo and graph inspection, with one-line errors."""
 import onnx
+import pytest
 
 from taso_tvm.cli import main
 
@@ -31,3 +32,13 @@ def test_graph_bad_inputs(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == f"taso-tvm: error: cannot read '{tmp_path / 'missing.onnx'}': no such file"
     assert err[1].startswith(f"taso-tvm: error: '{bad}' is not an ONNX model")
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("zoo", "graph", "optimize", "compile", "run", "cost", "rules"):
+        assert f"\n    {cmd} " in out, cmd
+    assert main(["rules", "list"]) == 0  # a delegated tool gets its own arguments
+    assert "fold_conv_batchnorm" in capsys.readouterr().out
