@@ -170,8 +170,9 @@ class TvmBackend(Backend):
         return results
 
     def _build_isolated(self, s: KernelSig, path: str) -> BuildResult:
-        """Build one kernel alone in a one-worker pool (a new one after a crash)."""
-        pool = self._get_pool(1)
+        """Build one kernel alone in the worker pool (a new one after a crash); with nothing else in flight, a
+        crash can only be this kernel's."""
+        pool = self._get_pool(max(1, self.config.num_build_jobs - 1))
         with _main_module_hidden():
             fut = pool.submit(build_kernel, (s.nodes, s.inputs, s.outputs), self.target, self.host, path)
         try:
