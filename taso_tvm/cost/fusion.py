@@ -41,19 +41,18 @@ from typing import Optional
 
 from ..graph.tensor_graph import NodeStore, TensorGraph
 from .graph_partitioner import MAX_FUSE_DEPTH, find_root, fuse
-from .kernel import Kernel, KernelSig, freeze_attrs
+from .kernel import Kernel, KernelSig
 from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
 
 
 class _StoreMemo:
-    """Per-store facts about nodes: weight-only flags, content ids, frozen attributes."""
+    """Per-store facts about nodes: weight-only flags, content ids, whole partitions."""
 
-    __slots__ = ("weight_only", "content", "attrs", "graphs")
+    __slots__ = ("weight_only", "content", "graphs")
 
     def __init__(self) -> None:
         self.weight_only: dict[int, bool] = {}
         self.content: dict[int, Optional[int]] = {}  # node id -> content id (None: source or weight-only)
-        self.attrs: dict[int, tuple] = {}  # id(attrs dict) -> frozen attrs (remade nodes share their dict)
         self.graphs: OrderedDict = OrderedDict()
 
 
@@ -104,28 +103,16 @@ class Partitioner:
 
     def _content(self, graph: TensorGraph, memo: _StoreMemo, node) -> Optional[int]:
         """The node's content id (equal for nodes that compute the same operator on the same types), or None
-        for sources and weight-only nodes. Nodes come in topological order, so the inputs' flags are known."""
+        for sources and weight-only nodes."""
         nid = node.id
         if nid in memo.content:
             return memo.content[nid]
-        wmemo = memo.weight_only
         op = node.op
-        if op == "weight":
-            wo = True
-        elif op in ("input", "opaque") or not node.inputs:
-            wo = False
-        else:
-            wo = all(wmemo[i] if i in wmemo else self._weight_only(graph, memo, i) for i, _ in node.inputs)
-        wmemo[nid] = wo
+        wo = self._weight_only(graph, memo, nid)
         cid = None
         if op not in ("input", "weight") and not wo:
             in_types = tuple(graph.type(r) for r in node.inputs)
-            if op == "opaque":
-                attrs = ("key", node.attrs["key"])
-            else:
-                attrs = memo.attrs.get(id(node.attrs))
-                if attrs is None:
-                    attrs = memo.attrs[id(node.attrs)] = freeze_attrs(node.attrs)
+            attrs = ("key", node.attrs["key"]) if op == "opaque" else graph.store.attr_items(node)
             ckey = (op, attrs, in_types, node.types)
             cid = self._content_ids.get(ckey)
             if cid is None:
@@ -309,7 +296,6 @@ class Partitioner:
         ext: dict[tuple, int] = {}
         inputs = []
         specs = []
-        frozen = memo.attrs
         for nid in order:
             node = store_nodes[nid]
             refs = []
@@ -326,9 +312,7 @@ class Partitioner:
             if node.op == "opaque":  # its signature carries its output types (it cannot be re-inferred)
                 attrs = (("key", node.attrs["key"]), ("types", tuple((tuple(t.shape), t.dtype) for t in node.types)))
             else:
-                attrs = frozen.get(id(node.attrs))
-                if attrs is None:
-                    attrs = frozen[id(node.attrs)] = freeze_attrs(node.attrs)
+                attrs = graph.store.attr_items(node)
             specs.append((node.op, attrs, tuple(refs)))
         if out_refs:
             outputs = tuple(sorted((local[i], t) for i, t in out_refs))

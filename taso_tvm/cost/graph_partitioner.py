@@ -97,8 +97,8 @@ def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int =
             stack.extend([c for c, _ in outs[v]])
         return True
 
-    def commit(src: int, sink: int) -> None:
-        target = find(sink)
+    def between(src: int, sink: int):
+        """The nodes on the paths from src to sink, src included, sink not, each once."""
         visited = set()
         stack = [src]
         while stack:
@@ -106,6 +106,12 @@ def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int =
             if v == sink or v in visited:
                 continue
             visited.add(v)
+            yield v
+            stack.extend([c for c, _ in outs[v]])
+
+    def commit(src: int, sink: int) -> None:
+        target = find(sink)
+        for v in between(src, sink):
             c = find(v)
             if c != target:
                 num[target] += num[c]
@@ -114,23 +120,12 @@ def fuse(pats: list[int], outs: list[list], extern: list[bool], max_depth: int =
                     anchor[target] = True
                     if gpat[c] > gpat[target]:
                         gpat[target] = gpat[c]
-            stack.extend([c for c, _ in outs[v]])
 
     def too_deep(child: int, dom: int) -> bool:
         # cheap exact test first: the nodes between child and dom lie in index range [child, dom)
         if num[find(dom)] + sum(num[child:dom]) <= max_depth:
             return False
-        total = num[find(dom)]
-        visited = set()
-        stack = [child]
-        while stack:
-            v = stack.pop()
-            if v == dom or v in visited:
-                continue
-            visited.add(v)
-            total += num[v]
-            stack.extend([c for c, _ in outs[v]])
-        return total > max_depth
+        return num[find(dom)] + sum(num[v] for v in between(child, dom)) > max_depth
 
     for phase in range(3):
         for i in range(n):

@@ -110,10 +110,6 @@ class Kernel:
         return f"Kernel({self.sig.label()}, nodes={list(self.nodes)})"
 
 
-def freeze_attrs(attrs: dict) -> tuple:
-    return tuple(sorted(attrs.items()))
-
-
 def rebuild(sig: KernelSig) -> tuple[NodeStore, list, list]:
     """Re-create the kernel's nodes in a fresh store: (store, input refs, nodes in signature order)."""
     store = NodeStore()

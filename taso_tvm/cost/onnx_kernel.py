@@ -142,15 +142,7 @@ def kernel_onnx(sig: KernelSig, weights: Optional[dict[int, np.ndarray]] = None,
         out_name = rename[produced[i][j]] = f"out{len(outputs)}"
         outputs.append(helper.make_tensor_value_info(out_name, helper.np_dtype_to_tensor_dtype(np.dtype(ty.dtype)),
                                                      list(ty.shape)))
-    for n in e.nodes:  # write kernel outputs under their graph-output names (no Identity nodes)
-        for field in (n.input, n.output):
-            for k, v in enumerate(field):
-                if v in rename:
-                    field[k] = rename[v]
-    graph = helper.make_graph(e.nodes, "kernel", graph_inputs, outputs, initializer=e.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="taso_tvm.cost")
-    model.ir_version = min(model.ir_version, 8)
-    return model
+    return _model(e, "kernel", graph_inputs, outputs, rename)
 
 
 def graph_onnx(graph) -> onnx.ModelProto:
@@ -160,6 +152,7 @@ def graph_onnx(graph) -> onnx.ModelProto:
     names: dict[tuple, str] = {}
     folded: dict[int, list] = {}
     inputs = []
+    weight_only = graph.weight_only_ids()
     for node in graph.topo_order():
         if node.op == "input":
             t = node.types[0]
@@ -168,7 +161,7 @@ def graph_onnx(graph) -> onnx.ModelProto:
                 np.dtype(t.dtype)), list(t.shape)))
         elif node.op == "opaque":
             raise UnsupportedOp("opaque node")
-        elif node.op == "weight" or graph.is_weight_only((node.id, 0)):
+        elif node.op == "weight" or node.id in weight_only:
             if node.op == "weight":
                 from ..graph.tensor_graph import weight_array
 
@@ -193,12 +186,18 @@ def graph_onnx(graph) -> onnx.ModelProto:
             e.nodes.append(helper.make_node("Identity", [names[ref]], [out_name]))
         else:
             rename[names[ref]] = out_name
+    return _model(e, "graph", inputs, outputs, rename)
+
+
+def _model(e: "_Emitter", name: str, inputs: list, outputs: list, rename: dict) -> onnx.ModelProto:
+    """The emitted nodes as a model, with tensors in `rename` written under their output names (no Identity
+    nodes)."""
     for n in e.nodes:
         for field in (n.input, n.output):
             for k, v in enumerate(field):
                 if v in rename:
                     field[k] = rename[v]
-    g = helper.make_graph(e.nodes, "graph", inputs, outputs, initializer=e.inits)
+    g = helper.make_graph(e.nodes, name, inputs, outputs, initializer=e.inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="taso_tvm.cost")
     model.ir_version = min(model.ir_version, 8)
     return model

@@ -8,7 +8,7 @@ hash is the hash of its node-id set. A graph is just its outputs; its nodes are 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -109,15 +109,20 @@ class NodeStore:
         types = tuple(opdef.infer(in_types, full))
         return self._new(key, op, full, inputs, types)
 
+    def attr_items(self, node: Node) -> tuple:
+        """The node's attributes as sorted (name, value) pairs, computed once per attributes dict (remade
+        nodes share their original's)."""
+        items = self._attr_items.get(id(node.attrs))
+        if items is None:
+            items = self._attr_items[id(node.attrs)] = tuple(sorted(node.attrs.items()))
+        return items
+
     def remake(self, node: Node, inputs: tuple) -> Node:
         """`node` with other inputs of the same types (attributes are already canonical)."""
         if node.op == "opaque":
             return self._new(("opaque", node.attrs["key"], inputs), "opaque", node.attrs, inputs, node.types,
                              node.value)
-        items = self._attr_items.get(id(node.attrs))  # remade nodes share their attrs dict
-        if items is None:
-            items = self._attr_items[id(node.attrs)] = tuple(sorted(node.attrs.items()))
-        key = (node.op, items, inputs)
+        key = (node.op, self.attr_items(node), inputs)
         nid = self._intern.get(key)
         if nid is not None:
             return self.nodes[nid]
@@ -202,8 +207,7 @@ class TensorGraph:
             return self._weight_only
         wo: set[int] = set()
         for n in self.topo_order():
-            if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs and
-                                    all(i in wo for i, _ in n.inputs)):
+            if from_weights(n, wo.__contains__):
                 wo.add(n.id)
         self._weight_only = frozenset(i for i in wo if self.store.nodes[i].op != "weight")
         return self._weight_only
@@ -247,8 +251,7 @@ class TensorGraph:
                 stack.append(nid)
                 stack.extend(pending)
                 continue
-            memo[nid] = node.op == "weight" or (node.op not in ("input", "opaque") and bool(node.inputs) and
-                                                  all(memo[i] for i, _ in node.inputs))
+            memo[nid] = from_weights(node, memo.__getitem__)
         return memo[ref[0]]
 
     # ---------------------------------------------------------------- edits
@@ -323,8 +326,7 @@ class TensorGraph:
             wo = set(self._weight_only.intersection(result._ids))
             for a in sorted(added):
                 n = nodes[a]
-                if n.op not in SOURCE_OPS and n.op != "opaque" and n.inputs and \
-                        all(i in wo or nodes[i].op == "weight" for i, _ in n.inputs):
+                if n.op != "weight" and from_weights(n, lambda i: i in wo or nodes[i].op == "weight"):
                     wo.add(a)
                 else:
                     wo.discard(a)
@@ -390,6 +392,13 @@ class TensorGraph:
         return [values[i][j] for i, j in (self.outputs if refs is None else refs)]
 
 
+def from_weights(node: Node, is_weight_only: Callable[[int], bool]) -> bool:
+    """The weight-only rule: a weight, or an operator (not an input or opaque node) whose inputs, of which it has
+    at least one, are all weight-only (`is_weight_only` answers for an input's node id)."""
+    return node.op == "weight" or (node.op not in ("input", "opaque") and bool(node.inputs) and
+                                   all(is_weight_only(i) for i, _ in node.inputs))
+
+
 def weight_array(node: Node) -> np.ndarray:
     """The data of a weight node as a NumPy array (Relax constants are converted on demand)."""
     v = node.value
@@ -404,4 +413,4 @@ def new_graph_store() -> NodeStore:
     return NodeStore()
 
 
-__all__ = ["Node", "NodeStore", "TensorGraph", "TensorRef", "CycleError", "weight_array", "freeze"]
+__all__ = ["Node", "NodeStore", "TensorGraph", "TensorRef", "CycleError", "from_weights", "weight_array", "freeze"]

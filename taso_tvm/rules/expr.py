@@ -303,31 +303,33 @@ def parse(text: str) -> Expr:
     return _Parser(text).parse()
 
 
-# ---------------------------------------------------------------- free names
+# ---------------------------------------------------------------- walking
+def children(e: Expr) -> tuple:
+    """The expression's direct sub-expressions, in source order."""
+    if isinstance(e, ListExpr):
+        return e.items
+    if isinstance(e, Call):
+        return e.args + tuple(v for _, v in e.kwargs)
+    if isinstance(e, Index):
+        return (e.obj, e.index)
+    if isinstance(e, Attr):
+        return (e.obj,)
+    if isinstance(e, Unary):
+        return (e.operand,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    return ()
+
+
 def names_in(e: Expr, out: Optional[set] = None) -> set:
     """Every identifier read by the expression (not function names or keyword names)."""
     out = set() if out is None else out
     if isinstance(e, Name):
         out.add(e.id)
-    elif isinstance(e, ListExpr):
-        for i in e.items:
-            names_in(i, out)
     elif isinstance(e, Call):
-        for a in e.args:
-            names_in(a, out)
-        for _, v in e.kwargs:
-            names_in(v, out)
         out.update(e.splats)
-    elif isinstance(e, Index):
-        names_in(e.obj, out)
-        names_in(e.index, out)
-    elif isinstance(e, Attr):
-        names_in(e.obj, out)
-    elif isinstance(e, Unary):
-        names_in(e.operand, out)
-    elif isinstance(e, Binary):
-        names_in(e.left, out)
-        names_in(e.right, out)
+    for c in children(e):
+        names_in(c, out)
     return out
 
 
@@ -336,23 +338,8 @@ def calls_in(e: Expr, out: Optional[list] = None) -> list:
     out = [] if out is None else out
     if isinstance(e, Call):
         out.append(e)
-        for a in e.args:
-            calls_in(a, out)
-        for _, v in e.kwargs:
-            calls_in(v, out)
-    elif isinstance(e, ListExpr):
-        for i in e.items:
-            calls_in(i, out)
-    elif isinstance(e, Index):
-        calls_in(e.obj, out)
-        calls_in(e.index, out)
-    elif isinstance(e, Attr):
-        calls_in(e.obj, out)
-    elif isinstance(e, Unary):
-        calls_in(e.operand, out)
-    elif isinstance(e, Binary):
-        calls_in(e.left, out)
-        calls_in(e.right, out)
+    for c in children(e):
+        calls_in(c, out)
     return out
 
 

@@ -12,14 +12,18 @@ from .exporter import register
 
 
 # ----------------------------------------------------------------------------- quantization
+def _quant_axis(call, attrs) -> int:
+    """The (non-negative) quantization axis of a quantize/dequantize call."""
+    nd = rank_of(call.args[0])
+    axis = int(attrs.axis)
+    return (axis + nd) % nd if nd > 0 else axis
+
+
 @register("relax.quantize")
 def convert_quantize(ctx, call, attrs, args):
     x, scale, zp = args[0], args[1], args[2]
     out = onnx_dtype(attrs.out_dtype)
-    nd = rank_of(call.args[0])
-    axis = int(attrs.axis)
-    if nd > 0:
-        axis = (axis + nd) % nd
+    axis = _quant_axis(call, attrs)
     zp = ctx.cast(zp, out)
     if ctx.types[scale] != ctx.types[x]:
         scale = ctx.cast(scale, ctx.types[x])
@@ -30,10 +34,7 @@ def convert_quantize(ctx, call, attrs, args):
 def convert_dequantize(ctx, call, attrs, args):
     x, scale, zp = args[0], args[1], args[2]
     out = onnx_dtype(attrs.out_dtype)
-    nd = rank_of(call.args[0])
-    axis = int(attrs.axis)
-    if nd > 0:
-        axis = (axis + nd) % nd
+    axis = _quant_axis(call, attrs)
     zp = ctx.cast(zp, ctx.types[x])
     y = ctx.op("DequantizeLinear", x, scale, zp, axis=axis, out_types=[ctx.types[scale]])
     return ctx.cast(y, out)
