@@ -253,16 +253,56 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
     atomic_write_text(path, json.dumps(data, indent=2))
 
 
+def _import_for_tvm(proto: Any, shapes: Optional[dict]) -> Any:
+    """load_onnx; if TVM's frontend refuses the file and its shapes are bound (static, or --input-shapes), fold
+    the shape arithmetic with onnxsim at those shapes and import that instead."""
+    from .onnx_io import ModelLoadError, load_onnx
+    from .onnx_opt.prepare import fold_at, make_binding, symbolic_dims
+
+    try:
+        return load_onnx(proto, shapes=shapes)
+    except ModelLoadError as first:
+        if symbolic_dims(proto) and not shapes:
+            raise
+        folded, ok = fold_at(proto, make_binding(proto, shapes))
+        if not ok:
+            raise first from None
+        try:
+            mod = load_onnx(folded.model)
+        except ModelLoadError:
+            raise first from None
+        log.warning("TVM's frontend needed the shape arithmetic folded at %s (onnxsim) to import this model",
+                    folded.binding.label())
+        return mod
+
+
+def _export_library(ex: Any, path: str) -> None:
+    """ex.export_library into a temporary file beside `path` (same suffix), renamed into place."""
+    folder, base = os.path.split(os.path.abspath(path))
+    root, ext = os.path.splitext(base)
+    tmp = os.path.join(folder, f".{root}.{os.getpid()}.part{ext or '.so'}")
+    try:
+        ex.export_library(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     import tvm
+    from tvm import relax
 
-    from .onnx_io import load_onnx, parse_shapes, read_onnx
+    from .onnx_io import parse_shapes, read_onnx
 
     t0 = time.monotonic()
+    _writable(args.output)
     target = parse_target(args.target)
+    if args.threads:
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, _ = read_onnx(args.model)
-    mod = load_onnx(proto, shapes=shapes)
+    mod = _import_for_tvm(proto, shapes)
     report = None
     if not args.no_optimize:
         settings = search_settings(args)
@@ -270,19 +310,34 @@ def cmd_compile(args: argparse.Namespace) -> int:
         new_mod, report = _optimize_module(mod, settings)
     else:
         new_mod = mod
-    from tvm import relax
-
     pipeline = relax.get_default_pipeline(target)
     ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
-    if not args.no_check and target.kind.name == "llvm" and report is not None:
+    timing, decision = None, ""
+    runnable = target.kind.name == "llvm" and report is not None and report.total is not None \
+        and bool(report.total.rules_applied)
+    if runnable and not (args.no_check and args.no_time_check):
         feeds = random_feeds(proto, shapes)
         ref = tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
-        compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(ref, feeds), args.rtol,
-                args.atol)
-    ex.export_library(args.output)
+        if not args.no_check:
+            compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(ref, feeds), args.rtol,
+                    args.atol)
+        if not args.no_time_check:
+            from .timing import compare_tvm
+
+            timing = compare_tvm(ref, ex, feeds, time_cap=args.time_cap)
+            if timing.verdict != "faster":
+                decision = (f"original: the optimized module is not faster ({timing.verdict}, ratio "
+                            f"{timing.ratio:.3f})")
+                ex = ref
+    _export_library(ex, args.output)
     write_signature(args.output, proto, shapes)
     if report is not None:
         print(_summary(report, args.output, time.monotonic() - t0))
+        if timing is not None:
+            print(f"{'latency (TVM, llvm)':24s}original {timing.median_a * 1e3:.3f} ms, optimized "
+                  f"{timing.median_b * 1e3:.3f} ms: ratio {timing.ratio:.3f} [{timing.ci_low:.3f}, "
+                  f"{timing.ci_high:.3f}], {timing.rounds} rounds ({timing.verdict})")
+        print(f"{'written':24s}{decision or 'the optimized module'}")
     else:
         print(f"written to {args.output}")
     return 0
@@ -410,6 +465,11 @@ def add_model_commands(sub: Any) -> None:
     c.add_argument("--target", required=True, help="llvm, cuda or a JSON target dict")
     c.add_argument("-o", "--output", required=True)
     c.add_argument("--no-optimize", action="store_true", help="build without the TASO search")
+    c.add_argument("--no-time-check", action="store_true",
+                   help="keep the optimized module without timing it against the original (llvm only)")
+    c.add_argument("--time-cap", type=float, default=20.0,
+                   help="seconds the original-vs-optimized timing may take (default 20)")
+    c.add_argument("--threads", type=int, default=0, help="TVM runtime threads (TVM_NUM_THREADS; default: TVM's)")
     common(c)
     c.set_defaults(func=cmd_compile)
 

@@ -173,13 +173,48 @@ def bind_inputs(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
     return infer(m)
 
 
+LARGE_CONSTANT = 4096  # elements; larger initializers cannot be shape data, so inference sees only their type
+
+
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference (with data propagation); on failure the model as it is."""
+    """The model with value_info from ONNX shape inference (with data propagation); on failure, as it is.
+
+    Inference runs on a light copy in which large initializers are typed graph inputs (weights are never shape
+    data), so that it does not serialize the weights."""
+    light = onnx.ModelProto()
+    _light_copy(model, light)
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     except Exception as e:  # the checker's errors come in several types
         log.info("shape inference failed (%s); going on without it", str(e).splitlines()[0] if str(e) else e)
         return model
+    out = copy.deepcopy(model)
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(inferred.graph.value_info)
+    outs = {o.name: o for o in inferred.graph.output}
+    for o in out.graph.output:
+        if o.name in outs:
+            o.CopyFrom(outs[o.name])
+    return out
+
+
+def _light_copy(model: onnx.ModelProto, light: onnx.ModelProto) -> None:
+    g = model.graph
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    lg = light.graph
+    lg.name = g.name
+    lg.node.extend(g.node)
+    lg.output.extend(g.output)
+    lg.value_info.extend(g.value_info)
+    names = set()
+    for t in g.initializer:
+        if np.prod(t.dims, dtype=np.int64) > LARGE_CONSTANT:
+            lg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            names.add(t.name)
+        else:
+            lg.initializer.append(t)
+    lg.input.extend(i for i in g.input if i.name not in names)
 
 
 def _working_copy(model: onnx.ModelProto) -> onnx.ModelProto:
