@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..quiet import quiet
+
 log = logging.getLogger(__name__)
 
 DEFAULT_DIM_AXIS0 = 1  # a symbolic batch dim is costed at batch 1
@@ -234,7 +236,8 @@ def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bo
         log.warning("onnxsim is not installed: shape arithmetic is not folded")
         return bound, False
     try:
-        folded, _ = onnxsim.simplify(bound, perform_optimization=False, check_n=0, skip_shape_inference=False)
+        with quiet():  # onnxsim prints a line for every node it cannot fold
+            folded, _ = onnxsim.simplify(bound, perform_optimization=False, check_n=0, skip_shape_inference=False)
     except Exception as e:  # onnxsim raises whatever ORT or its passes raise
         msg = str(e).strip().splitlines()
         log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
