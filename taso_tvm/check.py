@@ -10,8 +10,9 @@ One set of rules for every path (the CLI's optimize and compile, `TasoOptimize(c
   `atol * max(1, max|reference|) + rtol * |reference|` (tolerances relative to the output's scale);
 - tolerances are finite and >= 0 (a NaN tolerance would silently pass everything).
 
-A difference raises `CheckFailed`, a check that cannot be run (bad tolerances, an original that does not load or
-run, inputs that cannot be made) raises `CheckError`; both carry one line naming the output and the reason.
+A difference raises `CheckFailed`; a check that cannot be run (bad tolerances, an original that does not load or
+run, inputs that cannot be made) raises `CheckError`, a subclass: `except CheckFailed` catches every outcome
+that is not "verified". Both carry one line naming the output (or model) and the reason.
 """
 from __future__ import annotations
 
@@ -31,12 +32,12 @@ INT_HIGH = 8  # random integer inputs lie in [0, INT_HIGH): valid indices for an
 Feeds = Mapping[str, np.ndarray]
 
 
-class CheckError(ValueError):
-    """The check could not be run: bad tolerances, an original that does not load or run, inputs we cannot make."""
-
-
 class CheckFailed(Exception):
     """The optimized model differs from the original (or does not load or run where the original does)."""
+
+
+class CheckError(CheckFailed, ValueError):
+    """The check could not be run: bad tolerances, an original that does not load or run, inputs we cannot make."""
 
 
 # ----------------------------------------------------------------------------------------- the rules
@@ -59,9 +60,9 @@ def _value(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
-def compare_arrays(name: str, want: Any, got: Any, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> float:
+def compare_arrays(name: str, got: Any, want: Any, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> float:
     """Check one output against the original's by the rules above; returns the largest absolute difference."""
-    want, got = np.asarray(want), np.asarray(got)
+    got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         raise CheckFailed(f"output '{name}' has shape {tuple(got.shape)}, the original {tuple(want.shape)}")
     if got.dtype != want.dtype:
@@ -101,9 +102,10 @@ def compare_arrays(name: str, want: Any, got: Any, rtol: float = DEFAULT_RTOL, a
     return float(err.max())
 
 
-def compare_outputs(want: Mapping[str, Any], got: Mapping[str, Any], rtol: float = DEFAULT_RTOL,
+def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any], rtol: float = DEFAULT_RTOL,
                     atol: float = DEFAULT_ATOL) -> dict:
-    """Check every output (by name, count and order, then values); returns {name: largest absolute difference}."""
+    """Check the optimized model's outputs `got` against the original's `want` (by name, count and order, then
+    values); returns {name: largest absolute difference}."""
     check_tolerances(rtol, atol)
     missing = [k for k in want if k not in got]
     if missing:
@@ -115,7 +117,7 @@ def compare_outputs(want: Mapping[str, Any], got: Mapping[str, Any], rtol: float
                           f"({len(got)} outputs, the original {len(want)})")
     if list(got) != list(want):
         raise CheckFailed(f"the outputs are in another order: {list(got)}, the original {list(want)}")
-    return {k: compare_arrays(k, want[k], got[k], rtol, atol) for k in want}
+    return {k: compare_arrays(k, got[k], want[k], rtol, atol) for k in want}
 
 
 def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float = DEFAULT_RTOL,
@@ -124,7 +126,7 @@ def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float = D
     got, want = list(got), list(want)
     if len(got) != len(want) or len(names) != len(want):
         raise CheckFailed(f"the optimized model has {len(got)} outputs, the original {len(want)}")
-    return compare_outputs(dict(zip(names, want)), dict(zip(names, got)), rtol, atol)
+    return compare_outputs(dict(zip(names, got)), dict(zip(names, want)), rtol, atol)
 
 
 # ----------------------------------------------------------------------------------------- inputs
@@ -151,16 +153,18 @@ def _onnx_model(model: Any) -> Any:
 
 
 def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int = 0,
-                 default_dim: int = DEFAULT_DIM) -> dict:
+                 default_dim: int = DEFAULT_DIM, shapes: Optional[Mapping[str, Sequence[int]]] = None) -> dict:
     """Random inputs for each graph input of an ONNX model (ModelProto, path or bytes).
 
-    dims: {dim_param: int} values of symbolic dims and/or {input name: shape} whole shapes; a dim neither
-    fixes is `default_dim`. Floats are standard normal, integers in [0, INT_HIGH), bools random.
+    dims: {dim_param: int} values of symbolic dims and/or {input name: shape} whole shapes; `shapes`: more
+    {input name: shape} (the CLI's --input-shapes); a dim none of them fixes is `default_dim`.
+    Floats are standard normal, integers in [0, INT_HIGH), bools random.
     """
     from onnx import helper
 
     model = _onnx_model(model)
     dims = dict(dims or {})
+    dims.update({k: list(v) for k, v in (shapes or {}).items()})
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
     params = {d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
@@ -236,7 +240,7 @@ def check_onnx(original: Any, optimized: Any, feeds_list: Union[Feeds, Sequence[
     for feeds in feeds_list:
         want = _run_session(ref, feeds, "the original model")
         got = _run_session(new, feeds, "the optimized model", CheckFailed)
-        for k, v in compare_outputs(want, got, rtol, atol).items():
+        for k, v in compare_outputs(got, want, rtol, atol).items():
             worst[k] = max(worst.get(k, 0.0), v)
     return worst
 
@@ -352,7 +356,7 @@ def check_relax(original: Any, optimized: Any, rtol: float = DEFAULT_RTOL, atol:
     for f in funcs:
         want = _run_relax_as(ref, inputs[f], f, "the original module", CheckError)
         got = _run_relax_as(new, inputs[f], f, "the optimized module", CheckFailed)
-        worst.update(compare_outputs(want, got, rtol, atol))
+        worst.update(compare_outputs(got, want, rtol, atol))
     log.info("numeric check passed: %d output(s), largest difference %.3g", len(worst),
              max(worst.values(), default=0.0))
     return worst

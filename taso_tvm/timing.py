@@ -107,6 +107,24 @@ class TimingResult:
     def verdict(self) -> str:
         return self._first().verdict
 
+    @property
+    def ci_low(self) -> float:
+        return self._first().ci[0]
+
+    @property
+    def ci_high(self) -> float:
+        return self._first().ci[1]
+
+    @property
+    def median_a(self) -> float:
+        """The baseline's median latency in seconds."""
+        return self.latencies[0].median
+
+    @property
+    def median_b(self) -> float:
+        """The (first) candidate's median latency in seconds."""
+        return self.latencies[1].median
+
     def summary(self) -> str:
         """One line: the ratios with their intervals and verdicts, the latencies, rounds and time."""
         parts = [str(r) for r in self.ratios] + [str(lat) for lat in self.latencies]
@@ -161,14 +179,15 @@ def _names(callables: Sequence, names: Optional[Sequence[str]]) -> list:
 
 
 def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None,
-            time_cap: float = DEFAULT_TIME_CAP, max_rounds: int = DEFAULT_MAX_ROUNDS, warmup: int = 1,
-            confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
+            time_cap: float = DEFAULT_TIME_CAP, max_rounds: int = DEFAULT_MAX_ROUNDS, min_rounds: int = 0,
+            warmup: int = 1, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
             timer: Callable[[], float] = time.perf_counter) -> TimingResult:
     """Time the callables by interleaved single runs; compare each with the first (the baseline).
 
     Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1
-    (`stopped_by="confident"`), after `time_cap` seconds (warm-up included) or after `max_rounds` rounds.
-    `warmup` untimed runs of each callable come first. With one callable it only measures (no ratios).
+    (`stopped_by="confident"`, not before `min_rounds` rounds), after `time_cap` seconds (warm-up included) or
+    after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
+    measures (no ratios).
     """
     if not callables:
         raise ValueError("compare() needs at least one callable")
@@ -201,7 +220,7 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
                               for r in _ratios(np.asarray(rows), labels, _look_error(look, confidence)))
                 look += 1
                 next_look = max(next_look + 1, math.ceil(next_look * LOOK_GROWTH))
-                if decided:
+                if decided and len(rows) >= min_rounds:
                     stopped_by = "confident"
                     break
             if time.monotonic() - t_start >= time_cap:

@@ -29,7 +29,7 @@ def one_line(e):
 def test_equal_and_close_outputs_pass():
     assert compare_arrays("y", X, X.copy()) == 0.0
     big = X * 1e4  # tolerance scales with the output: 1e-4 x 1e4 absolute here
-    assert compare_arrays("y", big, big + np.float32(0.5)) == pytest.approx(0.5, rel=1e-3)
+    assert compare_arrays("y", big + np.float32(0.5), big) == pytest.approx(0.5, rel=1e-3)
     nan = np.array([1.0, np.nan, np.inf, -np.inf], np.float32)
     assert compare_arrays("y", nan, nan.copy()) == 0.0  # non-finite values where the original has the same ones
     assert compare_arrays("e", np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) == 0.0
@@ -44,7 +44,7 @@ def test_equal_and_close_outputs_pass():
 ])
 def test_differences_fail_naming_output_and_reason(got, reason):
     with pytest.raises(CheckFailed) as e:
-        compare_arrays("logits", X, got)
+        compare_arrays("logits", got, X)
     msg = one_line(e)
     assert msg.startswith("output 'logits'") and reason in msg
 
@@ -53,7 +53,7 @@ def test_nonfinite_values_must_match_the_original():
     want = np.array([1.0, np.nan, np.inf], np.float32)
     for got in ([1.0, 0.0, np.inf], [1.0, np.nan, -np.inf], [1.0, np.inf, np.inf]):
         with pytest.raises(CheckFailed, match="where the original is"):
-            compare_arrays("y", want, np.array(got, np.float32))
+            compare_arrays("y", np.array(got, np.float32), want)
 
 
 def test_integers_and_bools_compare_exactly():
@@ -61,17 +61,17 @@ def test_integers_and_bools_compare_exactly():
     b = a.copy()
     b[1, 2] += 1
     with pytest.raises(CheckFailed) as e:
-        compare_arrays("idx", a, b, rtol=1.0, atol=1.0)  # tolerances do not apply to integers
+        compare_arrays("idx", b, a, rtol=1.0, atol=1.0)  # tolerances do not apply to integers
     assert "at 1 of 12 elements, first at index (1, 2) (7 vs 6)" in one_line(e)
     with pytest.raises(CheckFailed):
-        compare_arrays("mask", np.array([True, False]), np.array([True, True]))
+        compare_arrays("mask", np.array([True, True]), np.array([True, False]))
 
 
 @pytest.mark.parametrize("rtol,atol", [(float("nan"), 1e-4), (1e-3, float("inf")), (-1e-3, 1e-4), ("x", 0.0),
                                        (None, 0.0)])
 def test_tolerances_must_be_finite_and_not_negative(rtol, atol):
     with pytest.raises(CheckError) as e:
-        compare_outputs({"y": X}, {"y": X + 1}, rtol=rtol, atol=atol)
+        compare_outputs({"y": X + 1}, {"y": X}, rtol=rtol, atol=atol)
     assert "must be a finite number >= 0" in one_line(e)
     check_tolerances(0, 0)  # zero is exact, and allowed
 
@@ -79,11 +79,11 @@ def test_tolerances_must_be_finite_and_not_negative(rtol, atol):
 def test_outputs_match_by_name_count_and_order():
     want = {"a": X, "b": X}
     with pytest.raises(CheckFailed, match="output 'b' is missing from the optimized model"):
-        compare_outputs(want, {"a": X})
+        compare_outputs({"a": X}, want)
     with pytest.raises(CheckFailed, match="extra output 'c'"):
-        compare_outputs(want, {"a": X, "b": X, "c": X})
+        compare_outputs({"a": X, "b": X, "c": X}, want)
     with pytest.raises(CheckFailed, match="another order"):
-        compare_outputs(want, {"b": X, "a": X})
+        compare_outputs({"b": X, "a": X}, want)
     with pytest.raises(CheckFailed, match="has 1 outputs, the original 2"):
         compare(["a", "b"], [X], [X, X])
     assert compare(["a", "b"], [X, X], [X, X]) == {"a": 0.0, "b": 0.0}
@@ -113,6 +113,7 @@ def test_random_feeds_bind_symbolic_dims_and_shapes():
     assert f["ids"].shape == (2, 5) and f["ids"].dtype == np.int64 and 0 <= f["ids"].min() and f["ids"].max() < 8
     assert f["mask"].dtype == bool and f["x"].shape == (2, 3, 1) and f["x"].dtype == np.float32
     assert random_feeds(m, {"x": [4, 3, 7]})["x"].shape == (4, 3, 7)
+    assert random_feeds(m, {"batch": 2}, shapes={"x": [4, 3, 7]})["x"].shape == (4, 3, 7)
     assert random_feeds(m)["ids"].shape == (1, 1)
     np.testing.assert_array_equal(random_feeds(m, seed=3)["x"], random_feeds(m, seed=3)["x"])
     with pytest.raises(CheckError, match="'btach' is neither an input nor a symbolic dim"):
@@ -148,6 +149,9 @@ def test_a_model_onnx_runtime_refuses_is_one_line():
     with pytest.raises(CheckError) as e:
         check_onnx(bad, orig, random_feeds(orig))
     assert one_line(e).startswith("ONNX Runtime cannot load the original model")
+    assert issubclass(CheckError, CheckFailed)  # `except CheckFailed` catches every "not verified"
+    with pytest.raises(CheckError, match="cannot load the model"):
+        run_onnx(bad, random_feeds(orig))
 
 
 # ----------------------------------------------------------------------------------------- Relax

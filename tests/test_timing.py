@@ -53,7 +53,8 @@ def test_a_2x_difference_is_found_in_the_right_direction_despite_drift(cost_b, v
     assert res.verdict == verdict and res.stopped_by == "confident"
     assert res.rounds <= 20
     assert res.ratio == pytest.approx(cost_b / 1e-3, rel=0.1)
-    assert res.ci[0] <= res.ratio <= res.ci[1]
+    assert res.ci[0] <= res.ratio <= res.ci[1] and (res.ci_low, res.ci_high) == res.ci
+    assert res.median_b / res.median_a == pytest.approx(res.ratios[0].ratio_of_medians)
     assert res.latencies[0].name == "A" and res.latencies[0].runs == res.rounds
     assert verdict in res.summary() and "\n" not in res.summary()
 
