@@ -159,12 +159,12 @@ def _look_error(look: int, confidence: float) -> float:
 
 def _ratios(samples: np.ndarray, names: Sequence[str], error: float) -> list:
     logs = np.log(np.maximum(samples, MIN_SECONDS))
+    med = np.median(samples, axis=0)
     out = []
     for i in range(1, samples.shape[1]):
         d = logs[:, i] - logs[:, 0]
         lo, hi = median_ci(d, error)
         verdict = FASTER if hi < 0 else SLOWER if lo > 0 else NOT_DIFFERENT
-        med = np.median(samples, axis=0)
         out.append(Ratio(names[0], names[i], float(np.exp(np.median(d))), float(med[i] / med[0]),
                          (math.exp(lo), math.exp(hi)), verdict))
     return out
