@@ -136,48 +136,121 @@ def _summary(report: Any, out: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def cmd_optimize(args: argparse.Namespace) -> int:
-    import onnx
+def _writable(*paths: Optional[str]) -> None:
+    from .fileio import writable_target
 
-    from .api import export_onnx
-    from .onnx_io import load_onnx, parse_shapes, read_onnx
+    for path in paths:
+        if path:
+            why = writable_target(path)
+            if why:
+                raise CLIError(why)
+
+
+def save_model(model: Any, path: str) -> None:
+    """Write an ONNX model atomically (a temporary file renamed into place)."""
+    from .fileio import atomic_write_bytes
+
+    atomic_write_bytes(path, model.SerializeToString())
+
+
+def _onnx_summary(report: Any, out: str) -> str:
+    lines = [""]
+    share = f"{report.searchable} of {report.nodes} ({100 * report.share_searchable:.0f} %)"
+    lines.append(f"{'nodes searched':24s}{share}, in {len(report.regions)} region(s)")
+    if report.not_searched:
+        top = sorted(report.not_searched.items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"{'left as they were':24s}" + "; ".join(f"{n} {why}" for why, n in top))
+    if report.bindings and report.bindings[0]:
+        lines.append(f"{'symbolic dims':24s}costed at {_dims(report.bindings[0])}; checked at "
+                     + " and ".join(_dims(b) for b in report.bindings))
+    ops_b, ops_a = report.operators
+    lines.append(f"{'operators searched':24s}{ops_b} -> {ops_a}")
+    cost_b, cost_a = report.cost
+    lines.append(f"{'predicted cost':24s}{cost_b:.4g} -> {cost_a:.4g}")
+    expanded = sum(r.expanded for r in report.regions)
+    seconds = sum(r.seconds for r in report.regions)
+    stops = sorted({r.stopped_by for r in report.regions if r.stopped_by})
+    lines.append(f"{'search':24s}{expanded} graphs expanded, {seconds:.2f} s, stopped: {', '.join(stops) or '-'}")
+    if "time" in stops:
+        lines.append("time limit reached: the best graph found so far was used")
+    applied = report.rules_applied
+    lines.append(f"{'rules applied':24s}" + (", ".join(f"{k} x{v}" for k, v in applied.most_common()) or "none"))
+    t = report.timing
+    if t is not None:
+        lines.append(f"{'latency (ONNX Runtime)':24s}original {t.median_a * 1e3:.3f} ms, optimized "
+                     f"{t.median_b * 1e3:.3f} ms: ratio {t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}], "
+                     f"{t.rounds} rounds ({t.verdict})")
+    lines.append(f"{'written':24s}{report.decision}")
+    lines.append(f"{'total time':24s}{report.seconds:.2f} s")
+    lines.append(f"written to {out}")
+    return "\n".join(lines)
+
+
+def _dims(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()))
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from .onnx_io import parse_shapes, read_onnx
 
     t0 = time.monotonic()
+    _writable(args.output, args.report)
     settings = search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, _ = read_onnx(args.model)
-    mod = load_onnx(proto, shapes=shapes)
     if args.no_search:
-        new_mod, report = mod, None
-    else:
-        new_mod, report = _optimize_module(mod, settings)
-    out_model = export_onnx(new_mod, like=proto)
+        return _convert(proto, shapes, args)
+    from .onnx_opt import PrepareError, optimize_onnx
+
+    search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
+    search["target"] = settings.get("target")
+    try:
+        out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
+                                          check=not args.no_check, time_check=not args.no_time_check,
+                                          time_cap=args.time_cap, threads=args.threads, rtol=args.rtol,
+                                          atol=args.atol)
+    except PrepareError as e:
+        raise CLIError(str(e)) from None
+    save_model(out_model, args.output)
+    print(_onnx_summary(report, args.output))
+    if args.report:
+        _write_report(args.report, report, args, time.monotonic() - t0)
+    return 0
+
+
+def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> int:
+    """`optimize --no-search`: import into Relax and export back (the convert tool)."""
+    from .api import export_onnx
+    from .onnx_io import load_onnx
+
+    out_model = export_onnx(load_onnx(proto, shapes=shapes), like=proto)
     if not args.no_check:
         feeds = random_feeds(proto, shapes)
         compare([o.name for o in proto.graph.output], ort_outputs(out_model, feeds), ort_outputs(proto, feeds),
                 args.rtol, args.atol)
-    onnx.save(out_model, args.output)
-    if report is not None:
-        print(_summary(report, args.output, time.monotonic() - t0))
-        if args.report:
-            _write_report(args.report, report, args)
-    else:
-        print(f"written to {args.output} ({len(out_model.graph.node)} nodes)")
+    save_model(out_model, args.output)
+    print(f"written to {args.output} ({len(out_model.graph.node)} nodes)")
     return 0
 
 
-def _write_report(path: str, report: Any, args: argparse.Namespace) -> None:
-    tot = report.total
-    data = {"model": args.model, "output": args.output}
-    if tot is not None:
-        applied = Counter()
-        for s in report.blocks:
-            applied.update(s.rules_applied)
-        data.update(operators_before=tot.ops_before, operators_after=tot.ops_after, cost_before=tot.cost_before,
-                    cost_after=tot.cost_after, rules_applied=dict(applied), graphs_expanded=tot.expanded,
-                    search_seconds=tot.seconds, stopped_by=tot.stopped_by)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
+def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: float) -> None:
+    from .fileio import atomic_write_text
+
+    t = report.timing
+    data = {"model": args.model, "output": args.output, "decision": report.decision, "nodes": report.nodes,
+            "nodes_searched": report.searchable, "share_searched": report.share_searchable,
+            "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
+            "rules_applied": dict(report.rules_applied), "seconds": seconds,
+            "operators_before": report.operators[0], "operators_after": report.operators[1],
+            "cost_before": report.cost[0], "cost_after": report.cost[1],
+            "regions": [{"index": r.region.index, "nodes": len(r.region.nodes), "accepted": r.accepted is not None,
+                         "cost_before": r.cost_before, "cost_after": r.cost_after, "ops_before": r.ops_before,
+                         "ops_after": r.ops_after, "rules_applied": r.rules_applied, "note": r.note,
+                         "seconds": r.seconds} for r in report.regions]}
+    if t is not None:
+        data["latency"] = {"original_ms": t.median_a * 1e3, "optimized_ms": t.median_b * 1e3, "ratio": t.ratio,
+                           "ci": [t.ci_low, t.ci_high], "rounds": t.rounds, "verdict": t.verdict}
+    atomic_write_text(path, json.dumps(data, indent=2))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -300,13 +373,17 @@ def _random_vm_inputs(module_path: str) -> list:
 
 def add_model_commands(sub: Any) -> None:
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
-        p.add_argument("--input-shapes", help='fix input shapes: "name:[1,3,224,224],mask:[1,128]"')
+        p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '
+                       '(optimize keeps symbolic dims symbolic unless --fix-shapes; default binding: 1 for a '
+                       'symbolic dim on axis 0, 64 elsewhere)')
         if search:
             p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
             p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best (default 1.05)")
             p.add_argument("--budget", type=int, help="graphs expanded per region (default 10)")
             p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
-            p.add_argument("--cost-backend", choices=["analytic", "tvm", "ort"], help="cost model backend")
+            p.add_argument("--cost-backend", choices=["auto", "analytic", "tvm", "ort"],
+                           help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "
+                                "on the target for compile)")
             p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")
             p.add_argument("--rtol", type=float, default=1e-3)
             p.add_argument("--atol", type=float, default=1e-4)
@@ -317,6 +394,14 @@ def add_model_commands(sub: Any) -> None:
     o.add_argument("--report", help="write a JSON report of the search")
     o.add_argument("--no-search", action="store_true", help="import and export only (a Relax round trip)")
     o.add_argument("--target", default=None, help="target the cost model measures on (llvm, cuda or JSON)")
+    o.add_argument("--fix-shapes", action="store_true",
+                   help="bake the --input-shapes (or the default binding) into the output instead of keeping "
+                        "symbolic dims")
+    o.add_argument("--no-time-check", action="store_true",
+                   help="write the rewrite without timing it against the original in ONNX Runtime")
+    o.add_argument("--time-cap", type=float, default=20.0,
+                   help="seconds the original-vs-optimized timing may take (default 20)")
+    o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
     common(o)
     o.set_defaults(func=cmd_optimize)
 

@@ -18,7 +18,7 @@ def _no_cache_env(monkeypatch):
 
 def test_defaults():
     cfg = load_cost_config()
-    assert cfg.backend == "tvm" and cfg.target_kind == "llvm" and cfg.repeat >= 3
+    assert cfg.backend == "auto" and cfg.target_kind == "llvm" and cfg.repeat >= 3
     assert str(cfg.cache_path).endswith(".cache/taso_tvm/costs.sqlite")
 
 
@@ -56,7 +56,7 @@ def test_targets():
 
 
 @pytest.mark.parametrize("kw,msg", [
-    (dict(backend="foo"), "unknown backend 'foo': use tvm, ort or analytic"),
+    (dict(backend="foo"), "unknown backend 'foo': use auto, tvm, ort or analytic"),
     (dict(target="foo"), "unknown target 'foo': use llvm, cuda or a JSON target dict"),
     (dict(target='{"kind": "rocm"}'), "unknown target kind 'rocm'"),
     (dict(target="{not json"), "target is not valid JSON"),

@@ -14,7 +14,9 @@ from typing import Any, Optional, Union
 
 import yaml
 
-BACKENDS = ("tvm", "ort", "analytic")
+BACKENDS = ("auto", "tvm", "ort", "analytic")
+# "auto": measure on the runtime that will run the result (ORT for an ONNX output, TVM on the build target)
+AUTO = "auto"
 DEFAULT_CACHE = "~/.cache/taso_tvm/costs.sqlite"
 CACHE_ENV = "TASO_TVM_COST_CACHE"
 
@@ -33,7 +35,7 @@ class CostConfigError(ValueError):
 class CostConfig:
     """Everything the cost model needs to know; see `configs/cpu.yaml` for what each field means."""
 
-    backend: str = "tvm"
+    backend: str = AUTO
     target: Union[str, dict] = "llvm"
     threads: int = 0  # 0: all cores of this machine
     repeat: int = 3
@@ -99,13 +101,20 @@ def parse_target(target: Union[str, dict]) -> dict:
 
 def _check(cfg: CostConfig, where: str) -> CostConfig:
     if cfg.backend not in BACKENDS:
-        raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use tvm, ort or analytic")
+        raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use auto, tvm, ort or analytic")
     parse_target(cfg.target)
     if cfg.repeat < 1 or cfg.number < 0 or cfg.min_repeat_ms < 0:
         raise CostConfigError(f"repeat must be >= 1, number >= 0, min_repeat_ms >= 0{where}")
     if cfg.rpc:
         parse_rpc(cfg.rpc)
     return cfg
+
+
+def resolve_backend(cfg: CostConfig, runtime: str) -> CostConfig:
+    """The config with `auto` made concrete for the runtime that will run the result ("onnx" or "tvm")."""
+    if cfg.backend != AUTO:
+        return cfg
+    return dataclasses.replace(cfg, backend="ort" if runtime == "onnx" else "tvm")
 
 
 def parse_rpc(rpc: str) -> tuple[str, int, str]:

@@ -68,15 +68,16 @@ def _target_spec(target: Optional[tvm.target.Target]) -> Optional[str]:
     return "cuda" if target.kind.name == "cuda" else "llvm"
 
 
-def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]) -> tuple[Any, bool]:
+def _resolve_cost(cost: Any, target: Optional[tvm.target.Target], runtime: str = "tvm") -> tuple[Any, bool]:
     """(cost, owned): a cost model or callable for the search, and whether we made it (and must close it).
 
-    `cost` is a cost model (with `graph_cost`), a callable graph -> float, a backend name ("analytic", "tvm",
-    "ort"), a cost config file, or None (the default config, measuring on `target`)."""
+    `cost` is a cost model (with `graph_cost`), a callable graph -> float, a backend name ("auto", "analytic",
+    "tvm", "ort"), a cost config file, or None (the default config, measuring on `target`). `auto` measures on
+    `runtime`: "onnx" (ONNX Runtime kernels) or "tvm" (TVM kernels on the target)."""
     if hasattr(cost, "graph_cost") or callable(cost):
         return cost, False
     from ..cost import CostModel, load_cost_config
-    from ..cost.config import BACKENDS
+    from ..cost.config import BACKENDS, resolve_backend
 
     overrides = {}
     spec = _target_spec(target)
@@ -88,7 +89,7 @@ def _resolve_cost(cost: Any, target: Optional[tvm.target.Target]) -> tuple[Any, 
         cfg = load_cost_config(backend=cost, **overrides)
     else:
         cfg = load_cost_config(cost, **overrides)
-    return CostModel(cfg), True
+    return CostModel(resolve_backend(cfg, runtime)), True
 
 
 @tvm.transform.module_pass(opt_level=0, name="TasoOptimize")
@@ -100,6 +101,8 @@ class TasoOptimize:
     cost: a cost model (object with `graph_cost`), a callable graph -> float, a backend name
           ("analytic", "tvm", "ort"), a config file path, or None for the configured default.
     config: a settings file (search, cost, rules sections); $TASO_TVM_CONFIG names one for every pass.
+    runtime: what will run the result, for the `auto` cost backend: "tvm" (TVM kernels on the target) or
+          "onnx" (ONNX Runtime kernels, for a module that will be exported to ONNX).
     check: build the module before and after for llvm, run both on random inputs (symbolic dims bound to 1) and
            raise `taso_tvm.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
            (the rules of `taso_tvm.check`). Off by default: it costs two builds.
@@ -107,13 +110,15 @@ class TasoOptimize:
 
     def __init__(self, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
                  budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
-                 target: Union[str, dict, Any] = None, config: Optional[str] = None, check: bool = False,
-                 check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL):
+                 target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm",
+                 check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL):
         s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
                              region_size=region_size)
         self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
                                    region_size=s["region_size"]).validate()
-        self._rules_arg, self._cost_arg, self._target = s["rules"], s["cost"], target
+        if runtime not in ("tvm", "onnx"):
+            raise ValueError(f"runtime must be 'tvm' or 'onnx', got {runtime!r}")
+        self._rules_arg, self._cost_arg, self._target, self._runtime = s["rules"], s["cost"], target, runtime
         self._rules = None
         self._cost = None
         if check:
@@ -138,7 +143,7 @@ class TasoOptimize:
     def transform_module(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
         if self._rules is None:
             self._rules = _resolve_rules(self._rules_arg)
-        self._cost, owned = _resolve_cost(self._cost_arg, self._target_now())
+        self._cost, owned = _resolve_cost(self._cost_arg, self._target_now(), self._runtime)
         self.report = PassReport()
         try:
             out = rewrite_module(mod, self._search_block, fold_weights=True)

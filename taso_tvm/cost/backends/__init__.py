@@ -8,10 +8,10 @@ from .rpc import RpcError
 
 
 def make_backend(config: CostConfig) -> Backend:
-    """The backend the config names."""
+    """The backend the config names (`auto` alone, with no runtime named, measures with TVM)."""
     if config.backend == "analytic":
         return AnalyticBackend(config)
-    if config.backend == "tvm":
+    if config.backend in ("tvm", "auto"):
         from .tvm_backend import TvmBackend
 
         return TvmBackend(config)
@@ -19,7 +19,7 @@ def make_backend(config: CostConfig) -> Backend:
         from .ort_backend import OrtBackend
 
         return OrtBackend(config)
-    raise ValueError(f"unknown backend '{config.backend}': use tvm, ort or analytic")
+    raise ValueError(f"unknown backend '{config.backend}': use auto, tvm, ort or analytic")
 
 
 __all__ = ["Backend", "Counters", "Measurement", "RpcError", "make_backend", "AnalyticBackend"]

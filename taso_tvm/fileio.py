@@ -1,0 +1,49 @@
+"""Safe writes: every file goes to a temporary file beside its target and is renamed into place, so a crash or an
+interrupt never leaves half a file, and writing over the input is safe."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable
+
+
+def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
+    """Call `write(f)` on a temporary file in `path`'s directory, then rename it to `path`."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text), mode="w")
+
+
+def writable_target(path: str) -> str:
+    """Why `path` cannot be written (its folder is missing, not a folder, not writable, or it is a folder), or ''."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        return f"'{path}' is a directory"
+    if not os.path.exists(folder):
+        return f"cannot write '{path}': directory '{folder}' does not exist"
+    if not os.path.isdir(folder):
+        return f"cannot write '{path}': '{folder}' is not a directory"
+    if not os.access(folder, os.W_OK):
+        return f"cannot write '{path}': directory '{folder}' is not writable"
+    return ""

@@ -1,0 +1,245 @@
+"""ONNX in, ONNX out: prepare the user's model, split it into regions TVM can import, search each region, keep
+the regions that compute what they computed at every binding of the symbolic dims, splice them back, check the
+whole model, and keep the result only if ONNX Runtime runs it faster than the original."""
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from .onnx_graph import node_reads
+from .partition import Partition, partition
+from .prepare import Prepared, bind_inputs, graph_inputs, infer, make_binding, prepare
+from .region import RegionResult, region_model, relax_boundary, search_region
+from .splice import PREFIX, splice
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OnnxReport:
+    """What `optimize_onnx` did: the partition, each region's search, the checks and the timing."""
+
+    nodes: int = 0
+    searchable: int = 0
+    regions: list[RegionResult] = field(default_factory=list)
+    bindings: list[dict] = field(default_factory=list)
+    folding: bool = True
+    timing: Any = None  # the timing helper's result, when the result was timed
+    decision: str = ""  # what was written and why
+    seconds: float = 0.0
+    not_searched: dict = field(default_factory=dict)  # reason -> node count
+
+    @property
+    def accepted(self) -> list[RegionResult]:
+        return [r for r in self.regions if r.accepted is not None]
+
+    @property
+    def rules_applied(self) -> Counter:
+        c: Counter = Counter()
+        for r in self.accepted:
+            c.update(r.rules_applied)
+        return c
+
+    def _sum(self, before: str, after: str) -> tuple[float, float]:
+        b = sum(getattr(r, before) for r in self.regions)
+        a = sum(getattr(r, after) if r.accepted is not None else getattr(r, before) for r in self.regions)
+        return b, a
+
+    @property
+    def operators(self) -> tuple[int, int]:
+        """Relax operators in the searched regions, before and after (accepted regions only)."""
+        b, a = self._sum("ops_before", "ops_after")
+        return int(b), int(a)
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        """The cost model's prediction for the searched regions, before and after (accepted regions only)."""
+        return self._sum("cost_before", "cost_after")
+
+    @property
+    def share_searchable(self) -> float:
+        return self.searchable / self.nodes if self.nodes else 0.0
+
+
+class Capture:
+    """The user's model run at one binding, with every region boundary tensor read out."""
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], types: Mapping[str, onnx.TypeProto],
+                 feeds: dict[str, np.ndarray]):
+        from ..check import run_onnx
+
+        m = copy.deepcopy(model)
+        have = {o.name for o in m.graph.output}
+        for x in names:
+            if x not in have and x in types:
+                vi = onnx.ValueInfoProto()
+                vi.name = x
+                vi.type.tensor_type.elem_type = types[x].tensor_type.elem_type
+                m.graph.output.append(vi)
+                have.add(x)
+        self.feeds = feeds
+        self.values = run_onnx(m, feeds)
+
+
+def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarray]:
+    return {x: cap.values[x] if x in cap.values else cap.feeds[x] for x in rm_inputs}
+
+
+def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Sequence[str],
+                   rm_outputs: Sequence[str], captures: Sequence[Capture], sym_types: Mapping[str, onnx.TypeProto],
+                   rtol: float, atol: float) -> None:
+    """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding."""
+    from ..check import CheckFailed, compare_outputs, run_onnx
+
+    relaxed = relax_boundary(optimized, sym_types)
+    try:
+        onnx.checker.check_model(relaxed, full_check=False)
+    except Exception as e:  # the checker raises ValidationError and others
+        res.note = f"exported region is not valid ONNX ({str(e).splitlines()[0]}); kept as is"
+        return
+    for cap in captures:
+        try:
+            got = run_onnx(relaxed, _region_feeds(rm_inputs, cap))
+            compare_outputs(got, {o: cap.values[o] for o in rm_outputs}, rtol=rtol, atol=atol)
+        except CheckFailed as e:
+            res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
+            return
+    res.accepted = relaxed
+
+
+def _label(cap: Capture) -> str:
+    return ", ".join(f"{k}{list(v.shape)}" for k, v in list(cap.feeds.items())[:2])
+
+
+def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
+                  shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
+                  fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
+                  threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0
+                  ) -> tuple[onnx.ModelProto, OnnxReport]:
+    """Optimize an ONNX model region by region; returns the model to write and a report.
+
+    settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
+    shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
+    check: the whole-model numeric check (regions are always checked). time_check: time the original against
+    the result in ONNX Runtime and keep the original unless the result is faster.
+    """
+    from ..check import CheckFailed, check_onnx, random_feeds
+
+    t0 = time.monotonic()
+    report = OnnxReport(nodes=len(model.graph.node))
+    if fix_shapes:
+        model = bind_inputs(model, make_binding(model, shapes))
+        del model.graph.value_info[:]
+    prep = prepare(model, shapes, fold=fold)
+    report.folding = prep.folding_used
+    report.bindings = [f.binding.dims for f in prep.folded]
+    part = partition(prep)
+    report.searchable = part.num_searchable
+    report.not_searched = dict(Counter(part.reasons.values()))
+    rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+    sym_types = _sym_types(model)
+    result = model
+    if rms:
+        captures = _captures(model, prep, rms, seed)
+        if captures is None:
+            report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
+        else:
+            result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol)
+    if result is not model and check:
+        feeds = [random_feeds(model, shapes=f.binding.shapes, seed=seed + 1) for f in prep.folded]
+        try:
+            check_onnx(model, result, feeds, rtol=rtol, atol=atol)
+        except CheckFailed as e:
+            log.warning("the spliced model failed the check (%s): keeping the original", e)
+            report.decision = f"original: the optimized model failed the check ({e})"
+            result = model
+    if result is not model and time_check:
+        from ..timing import compare_onnx
+
+        feeds = random_feeds(model, shapes=prep.first.binding.shapes, seed=seed)
+        report.timing = compare_onnx(model, result, feeds, threads=threads, time_cap=time_cap)
+        if report.timing.verdict != "faster":
+            report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
+                               f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
+            result = model
+    if result is not model:
+        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten"
+    elif not report.decision:
+        report.decision = "original: no rewrite was found"
+    report.seconds = time.monotonic() - t0
+    return result, report
+
+
+def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    m = infer(model)
+    g = m.graph
+    return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+
+
+def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, seed: int) -> Optional[list[Capture]]:
+    from ..check import CheckFailed, random_feeds
+
+    names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
+    out = []
+    for f in prep.folded:
+        feeds = random_feeds(model, shapes=f.binding.shapes, seed=seed)
+        try:
+            out.append(Capture(model, names, f.types, feeds))
+        except CheckFailed as e:
+            log.warning("the original model does not run at %s (%s): no region can be checked",
+                        f.binding.label(), e)
+            return None
+    return out
+
+
+def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures: list[Capture],
+                    sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float
+                    ) -> onnx.ModelProto:
+    from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
+    from ..relay_pass.settings import resolve_settings
+
+    s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
+    rules = _resolve_rules(s["rules"])
+    cost, owned = _resolve_cost(s["cost"], settings.get("target"), "onnx")
+    search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
+    replacements = []
+    try:
+        for rm in rms:
+            res = RegionResult(rm.region)
+            report.regions.append(res)
+            t = time.monotonic()
+            try:
+                optimized, pass_report = search_region(rm, dict(search, rules=rules, cost=cost))
+            except Exception as e:  # an import or export failure only costs this region's rewrite
+                res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
+                continue
+            finally:
+                res.seconds = time.monotonic() - t
+            tot = pass_report.total
+            if tot is not None:
+                res.cost_before, res.cost_after = tot.cost_before, tot.cost_after
+                res.ops_before, res.ops_after = tot.ops_before, tot.ops_after
+                res.rules_applied = dict(tot.rules_applied)
+                res.expanded, res.stopped_by = tot.expanded, tot.stopped_by
+            if optimized is None:
+                res.note = "no rewrite found"
+                continue
+            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, sym_types, rtol, atol)
+            if res.accepted is None:
+                log.info("region %d: %s", rm.region.index, res.note)
+                continue
+            replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
+    finally:
+        if owned:
+            cost.close()
+    if not replacements:
+        return model
+    return splice(model, replacements)

@@ -1,0 +1,126 @@
+"""Small facts about an ONNX graph: what each node reads (subgraphs' outer-scope names included), who produces
+and who consumes each tensor, a stable topological order, and liveness."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import onnx
+
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a subgraph reads from enclosing scopes (used but not defined inside it)."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.name for i in graph.sparse_initializer}
+    used: set[str] = set()
+    for n in graph.node:
+        used.update(x for x in n.input if x)
+        for g in _subgraphs(n):
+            used |= _outer_names(g)
+        defined.update(n.output)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Every tensor name a node depends on: its inputs, then names its subgraphs take from the outer scope."""
+    names = [x for x in node.input if x]
+    for g in _subgraphs(node):
+        names.extend(sorted(_outer_names(g) - set(names)))
+    return names
+
+
+def has_subgraph(node: onnx.NodeProto) -> bool:
+    return bool(_subgraphs(node))
+
+
+def producers(graph: onnx.GraphProto) -> dict[str, int]:
+    """Tensor name -> index of the node that writes it."""
+    return {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+
+
+def consumers(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Tensor name -> indices of the nodes that read it (subgraph reads included)."""
+    out: dict[str, list[int]] = {}
+    for i, n in enumerate(graph.node):
+        for x in dict.fromkeys(node_reads(n)):
+            out.setdefault(x, []).append(i)
+    return out
+
+
+def topo_order(nodes: Sequence[onnx.NodeProto], available: Iterable[str]) -> list[int]:
+    """Positions of `nodes` in an order where each comes after its producers, otherwise keeping the given order
+    (Kahn's algorithm, smallest position first). Raises ValueError on a cycle or a read of an unknown name."""
+    import heapq
+
+    have = set(available)
+    prod = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    deps = [set() for _ in nodes]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        for x in node_reads(n):
+            if x in prod and prod[x] != i:
+                deps[i].add(prod[x])
+            elif x not in have and x not in prod:
+                raise ValueError(f"node '{n.name or n.op_type}' reads '{x}', which nothing defines")
+        for d in deps[i]:
+            users[d].append(i)
+    ready = [i for i, d in enumerate(deps) if not d]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            deps[u].discard(i)
+            if not deps[u]:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        raise ValueError("the graph has a cycle")
+    return order
+
+
+def live_nodes(graph: onnx.GraphProto) -> set[int]:
+    """Indices of the nodes that graph outputs depend on."""
+    prod = producers(graph)
+    live: set[int] = set()
+    stack = [o.name for o in graph.output]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        i = prod.get(name)
+        if i is None or i in live:
+            continue
+        live.add(i)
+        stack.extend(node_reads(graph.node[i]))
+    return live
+
+
+def used_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name that some node reads or that is a graph output."""
+    used = {o.name for o in graph.output}
+    for n in graph.node:
+        used.update(node_reads(n))
+    return used
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in DEFAULT_DOMAINS:
+            return int(o.version)
+    return 1

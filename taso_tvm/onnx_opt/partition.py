@@ -1,0 +1,218 @@
+"""Split a user's ONNX graph into convex regions that TVM can import.
+
+A node is *searchable* when it survives folding, is in the default domain, has no subgraph, reads no constant
+that depends on a symbolic dim, TVM's ONNX frontend imports it alone at the bound shapes and the exporter writes
+it back (tried once per distinct signature), and, in a model with symbolic dims, what is written back is the same
+at both bindings (TVM resolves Flatten, Reshape's -1 or Slice ends to numbers: those nodes would bake the dim in).
+Every other node stays in the output as it is.
+
+Convexity comes from levels: a node's level is the largest number of unsearchable nodes on any path that reaches
+it. Two searchable nodes on one level can have no unsearchable node between them, so any set of same-level nodes
+is convex; a region is a connected group (edges and shared inputs) of searchable nodes on one level.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..quiet import quiet
+from .onnx_graph import CONTROL_FLOW, DEFAULT_DOMAINS, default_opset, has_subgraph, node_reads
+from .prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Region:
+    """A convex set of searchable nodes (indices into the user's graph, in graph order)."""
+
+    index: int
+    nodes: list[int]
+    level: int
+
+
+@dataclass
+class Partition:
+    regions: list[Region]
+    searchable: set[int]
+    reasons: dict[int, str]  # node index -> why it stays out of the search
+
+    @property
+    def num_searchable(self) -> int:
+        return len(self.searchable)
+
+
+def _static_tensor_type(t: Optional[onnx.TypeProto]) -> bool:
+    if t is None or not t.HasField("tensor_type"):
+        return False
+    tt = t.tensor_type
+    if not tt.elem_type or not tt.HasField("shape"):
+        return False
+    return all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim)
+
+
+class _Probe:
+    """What TVM makes of one node alone at given input types: None when it cannot be imported and exported back,
+    else a canonical form of the export (op types, attributes and constants, names left out). Memoized."""
+
+    def __init__(self, opset: int, opset_imports):
+        self.opset = opset
+        self.opset_imports = list(opset_imports)
+        self.memo: dict[str, tuple[Optional[str], Optional[bytes]]] = {}
+
+    def _model(self, node: onnx.NodeProto, types: dict, consts: dict) -> onnx.ModelProto:
+        inputs, inits = [], []
+        for x in dict.fromkeys(i for i in node.input if i):
+            if x in consts:
+                inits.append(numpy_helper.from_array(np.asarray(consts[x]), x))
+            else:
+                inputs.append(helper.make_value_info(x, types[x]))
+        outputs = [helper.make_value_info(o, types[o]) for o in node.output if o]
+        g = helper.make_graph([node], "probe", inputs, outputs, inits)
+        return helper.make_model(g, opset_imports=self.opset_imports)
+
+    def __call__(self, node: onnx.NodeProto, types: dict, consts: dict) -> tuple[Optional[str], Optional[bytes]]:
+        """(reason it cannot be searched or None, canonical export or None)."""
+        sig = hashlib.sha1()
+        sig.update(node.op_type.encode())
+        for a in sorted(node.attribute, key=lambda a: a.name):
+            sig.update(a.SerializeToString())
+        for x in node.input:
+            if x in consts:
+                arr = np.asarray(consts[x])
+                sig.update(b"c" + str(arr.dtype).encode() + str(arr.shape).encode() + arr.tobytes())
+            elif x:
+                sig.update(b"t" + types[x].SerializeToString())
+            else:
+                sig.update(b"-")
+        sig.update(str(len(node.output)).encode())
+        key = sig.hexdigest()
+        if key not in self.memo:
+            self.memo[key] = self._try(node, types, consts)
+        return self.memo[key]
+
+    def _try(self, node: onnx.NodeProto, types: dict, consts: dict) -> tuple[Optional[str], Optional[bytes]]:
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.onnx import from_onnx
+
+        from ..onnx_io.export import export_relax
+
+        model = self._model(node, types, consts)
+        try:
+            with quiet():
+                mod = relax.transform.FoldConstant()(from_onnx(model, opset=self.opset))
+        except Exception as e:  # the frontend raises many types
+            return f"TVM does not import {node.op_type} here ({_last_line(e)})", None
+        main = mod["main"]
+        if not isinstance(main.body, relax.SeqExpr) or not all(
+                isinstance(b, relax.DataflowBlock) for b in main.body.blocks):
+            return "TVM imports it as control flow", None
+        try:
+            with quiet():
+                out = export_relax(mod, opset=self.opset)
+        except Exception as e:  # ExportError, or a converter's failure on an odd form
+            return f"the exporter cannot write it back ({_last_line(e)})", None
+        return None, _canonical(out)
+
+
+def _last_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return msg[-1][:200] if msg else type(e).__name__
+
+
+def _canonical(model: onnx.ModelProto) -> bytes:
+    """The computation a model writes down, names left out: op types, attributes and constant values."""
+    h = hashlib.sha1()
+    for n in model.graph.node:
+        h.update(n.domain.encode() + b"/" + n.op_type.encode())
+        for a in sorted(n.attribute, key=lambda a: a.name):
+            h.update(a.SerializeToString())
+    for t in model.graph.initializer:
+        arr = numpy_helper.to_array(t)
+        h.update(str(arr.dtype).encode() + str(arr.shape).encode() + arr.tobytes())
+    return h.digest()
+
+
+def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
+    """None when node `index` can be searched, else the reason it stays as it is."""
+    node = prep.model.graph.node[index]
+    f = prep.first
+    if index not in f.kept:
+        return "folded into a constant"
+    if node.domain not in DEFAULT_DOMAINS:
+        return f"custom domain '{node.domain}'"
+    if node.op_type in CONTROL_FLOW or has_subgraph(node):
+        return "control flow"
+    if prep.dim_dependent(index):
+        return "reads a shape computed from a symbolic dim"
+    forms = []
+    for fb in prep.folded:
+        work = fb.kept[index]
+        for x in list(work.input) + list(work.output):
+            if x and x not in fb.consts and not _static_tensor_type(fb.types.get(x)):
+                return f"tensor '{x}' has no static tensor type at the bound shapes"
+        why, form = probe(work, fb.types, fb.consts)
+        if why is not None:
+            return why
+        forms.append(form)
+    if len(set(forms)) > 1:
+        return "TVM bakes the value of a symbolic dim into it"
+    return None
+
+
+def partition(prep: Prepared) -> Partition:
+    model = prep.model
+    graph = model.graph
+    probe = _Probe(default_opset(model), model.opset_import)
+    reasons: dict[int, str] = {}
+    searchable: set[int] = set()
+    for i in range(len(graph.node)):
+        why = node_status(prep, i, probe)
+        if why is None:
+            searchable.add(i)
+        else:
+            reasons[i] = why
+    prod = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    level: dict[int, int] = {}
+    for i, n in enumerate(graph.node):  # the graph is topologically sorted (the checker requires it)
+        lv = 0
+        for x in node_reads(n):
+            p = prod.get(x)
+            if p is None or p not in level or p not in prep.first.kept:
+                continue  # graph inputs, initializers and folded constants cost no level
+            lv = max(lv, level[p] + (0 if p in searchable else 1))
+        level[i] = lv
+    parent = {i: i for i in searchable}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    inputs = {vi.name for vi in graph.input} - {i.name for i in graph.initializer}
+    first_reader: dict[tuple[str, int], int] = {}
+    for i in sorted(searchable):
+        for x in node_reads(graph.node[i]):
+            p = prod.get(x)
+            if p in searchable and level[p] == level[i]:
+                parent[root(i)] = root(p)
+            if not (x in inputs or (p is not None and p in prep.first.kept)):
+                continue  # sharing a constant does not tie nodes together
+            other = first_reader.setdefault((x, level[i]), i)
+            if other != i:
+                parent[root(i)] = root(other)
+    groups: dict[int, list[int]] = {}
+    for i in sorted(searchable):
+        groups.setdefault(root(i), []).append(i)
+    regions = [Region(k, nodes, level[nodes[0]]) for k, nodes in enumerate(sorted(groups.values()))]
+    log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
+             len(regions))
+    return Partition(regions, searchable, reasons)

@@ -1,0 +1,252 @@
+"""Import preparation: a working copy of the user's model with its symbolic dims bound and its shape arithmetic
+folded, used only to decide what TVM can import and to search; the user's model itself is never changed here.
+
+Binding: the user's `--input-shapes`, else `DEFAULT_DIM_AXIS0` for a symbolic dim on axis 0 (the batch) and
+`DEFAULT_DIM_OTHER` elsewhere. Folding: onnxsim (the tool users run for exactly this) with its graph optimizations
+off, so every node that survives is the user's node under the same name; shape chains (Shape -> Gather -> Concat
+-> Reshape/Pad/Resize/Expand) become constants where the bound shapes allow. The model is prepared at two
+bindings of its symbolic dims; a folded constant that differs between them depends on a symbolic dim, and the
+node that reads it stays out of the search.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DIM_AXIS0 = 1  # a symbolic batch dim is costed at batch 1
+DEFAULT_DIM_OTHER = 64  # other symbolic dims (sequence, height, width)
+NODE_PREFIX = "__taso_node_"
+
+
+class PrepareError(ValueError):
+    """Input shapes that do not fit the model; one line."""
+
+
+@dataclass
+class Binding:
+    """Values for a model's symbolic dims and the static input shapes they give."""
+
+    dims: dict[str, int]
+    shapes: dict[str, list[int]]
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items())) or "static"
+
+
+@dataclass
+class Folded:
+    """The working copy at one binding: which of the model's nodes survive, and their constant inputs."""
+
+    binding: Binding
+    model: onnx.ModelProto  # shape-inferred working copy (node names NODE_PREFIX + index)
+    kept: dict[int, onnx.NodeProto]  # model node index -> the working copy's node
+    consts: dict[str, np.ndarray]  # the working copy's initializers
+    types: dict[str, onnx.TypeProto]  # tensor name -> inferred type at this binding
+
+    def const_inputs(self, index: int) -> dict[int, np.ndarray]:
+        """Input position -> constant value, for the inputs of kept node `index` that are constants here."""
+        node = self.kept[index]
+        return {p: self.consts[x] for p, x in enumerate(node.input) if x in self.consts}
+
+
+@dataclass
+class Prepared:
+    """The user's model with its working copies at one or two bindings."""
+
+    model: onnx.ModelProto
+    folded: list[Folded] = field(default_factory=list)
+    folding_used: bool = True
+
+    @property
+    def first(self) -> Folded:
+        return self.folded[0]
+
+    @property
+    def symbolic(self) -> bool:
+        return len(self.folded) > 1
+
+    def dim_dependent(self, index: int) -> bool:
+        """Whether node `index` reads a folded constant whose value depends on a symbolic dim (or is folded at
+        one binding and not at the other)."""
+        if not self.symbolic:
+            return False
+        a, b = self.folded[0], self.folded[1]
+        if (index in a.kept) != (index in b.kept):
+            return True
+        if index not in a.kept:
+            return False
+        ca, cb = a.const_inputs(index), b.const_inputs(index)
+        if set(ca) != set(cb):
+            return True
+        return any(ca[p].shape != cb[p].shape or not np.array_equal(ca[p], cb[p]) for p in ca)
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def _dim_name(vi: onnx.ValueInfoProto, axis: int, dim: onnx.TensorShapeProto.Dimension) -> Optional[str]:
+    if dim.HasField("dim_value") and dim.dim_value > 0:
+        return None
+    return dim.dim_param if dim.HasField("dim_param") and dim.dim_param else f"{vi.name}:{axis}"
+
+
+def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[tuple[str, int]]]:
+    """Symbolic dim name -> the (input, axis) places it appears; unnamed unknown dims get 'input:axis'."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for vi in graph_inputs(model):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        for axis, d in enumerate(tt.shape.dim):
+            name = _dim_name(vi, axis, d)
+            if name is not None:
+                out.setdefault(name, []).append((vi.name, axis))
+    return out
+
+
+def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                 dims: Optional[Mapping[str, int]] = None) -> Binding:
+    """Values for every symbolic dim: from explicit `dims`, from the user's input shapes, else the defaults."""
+    sym = symbolic_dims(model)
+    values: dict[str, int] = dict(dims or {})
+    inputs = {vi.name: vi for vi in graph_inputs(model)}
+    for name, shape in (shapes or {}).items():
+        vi = inputs.get(name)
+        if vi is None:
+            raise PrepareError(f"--input-shapes names '{name}', which is not a graph input "
+                               f"(inputs: {', '.join(inputs)})")
+        have = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
+        if have and len(have) != len(shape):
+            raise PrepareError(f"--input-shapes gives '{name}' {len(shape)} dims; the model says {len(have)}")
+        for axis, (d, v) in enumerate(zip(have, shape)):
+            dn = _dim_name(vi, axis, d)
+            if dn is None:
+                if d.dim_value != v:
+                    raise PrepareError(f"--input-shapes gives '{name}' dim {axis} = {v}; the model fixes it at "
+                                       f"{d.dim_value}")
+            elif values.setdefault(dn, int(v)) != int(v):
+                raise PrepareError(f"--input-shapes gives symbolic dim '{dn}' two values ({values[dn]} and {v})")
+    for dn, places in sym.items():
+        if dn not in values:
+            values[dn] = DEFAULT_DIM_AXIS0 if any(axis == 0 for _, axis in places) else DEFAULT_DIM_OTHER
+    return Binding(values, _shapes_at(model, values))
+
+
+def second_binding(first: Binding, model: onnx.ModelProto) -> Binding:
+    """Another value for every symbolic dim (3 for a dim of 1, else twice the value)."""
+    values = {k: (3 if v == 1 else 2 * v) for k, v in first.dims.items()}
+    return Binding(values, _shapes_at(model, values))
+
+
+def _shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> dict[str, list[int]]:
+    shapes = {}
+    for vi in graph_inputs(model):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        shapes[vi.name] = [values[_dim_name(vi, a, d)] if _dim_name(vi, a, d) else int(d.dim_value)
+                           for a, d in enumerate(tt.shape.dim)]
+    return shapes
+
+
+def bind_inputs(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
+    """A copy of the model with its graph inputs fixed at the binding's shapes (value_info re-inferred)."""
+    m = copy.deepcopy(model)
+    for vi in graph_inputs(m):
+        if vi.name not in binding.shapes:
+            continue
+        shape = vi.type.tensor_type.shape
+        for d, v in zip(shape.dim, binding.shapes[vi.name]):
+            d.Clear()
+            d.dim_value = int(v)
+    del m.graph.value_info[:]
+    return infer(m)
+
+
+def infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation); on failure the model as it is."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:  # the checker's errors come in several types
+        log.info("shape inference failed (%s); going on without it", str(e).splitlines()[0] if str(e) else e)
+        return model
+
+
+def _working_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = copy.deepcopy(model)
+    for i, n in enumerate(m.graph.node):
+        n.name = f"{NODE_PREFIX}{i}"
+    return m
+
+
+def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim at `binding` (constant folding and shape inference only); (model, True), or the bound copy and
+    False when onnxsim is absent or fails on this model."""
+    bound = bind_inputs(model, binding)
+    try:
+        import onnxsim
+    except ImportError:  # pragma: no cover - a declared dependency
+        log.warning("onnxsim is not installed: shape arithmetic is not folded")
+        return bound, False
+    try:
+        folded, _ = onnxsim.simplify(bound, perform_optimization=False, check_n=0, skip_shape_inference=False)
+    except Exception as e:  # onnxsim raises whatever ORT or its passes raise
+        msg = str(e).strip().splitlines()
+        log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
+        return bound, False
+    return infer(folded), True
+
+
+def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    g = model.graph
+    out = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    for init in g.initializer:
+        t = onnx.TypeProto()
+        t.tensor_type.elem_type = init.data_type
+        for d in init.dims:
+            t.tensor_type.shape.dim.add().dim_value = d
+        out.setdefault(init.name, t)
+    return out
+
+
+def fold_at(model: onnx.ModelProto, binding: Binding, fold: bool = True) -> tuple[Folded, bool]:
+    work = _working_copy(model)
+    folded, ok = _fold(work, binding) if fold else (bind_inputs(work, binding), False)
+    kept = {}
+    for n in folded.graph.node:
+        if n.name.startswith(NODE_PREFIX):
+            kept[int(n.name[len(NODE_PREFIX):])] = n
+    consts = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
+    for n in folded.graph.node:  # Constant nodes the folding kept are constants too
+        if n.op_type == "Constant" and len(n.output) == 1:
+            try:
+                consts[n.output[0]] = numpy_helper.to_array(onnx.helper.get_attribute_value(n.attribute[0]))
+            except Exception:  # sparse or odd Constant forms: treat as data
+                pass
+    return Folded(binding, folded, kept, consts, _types(folded)), ok
+
+
+def prepare(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+            fold: bool = True) -> Prepared:
+    """Working copies of `model` at the user's (or the default) binding and, if it has symbolic dims, a second."""
+    first = make_binding(model, shapes)
+    f1, ok1 = fold_at(model, first, fold)
+    prep = Prepared(model, [f1], folding_used=ok1)
+    if first.dims:
+        second = second_binding(first, model)
+        f2, ok2 = fold_at(model, second, fold and ok1)
+        prep.folded.append(f2)
+        prep.folding_used = ok1 and ok2
+    log.info("prepared at %s%s; folding %s", first.label(), f" and {prep.folded[1].binding.label()}"
+             if prep.symbolic else "", "on" if prep.folding_used else "off")
+    return prep

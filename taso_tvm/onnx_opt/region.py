@@ -1,0 +1,110 @@
+"""One region of a user's ONNX graph as a model of its own: built from the prepared working copy, searched through
+Relax, exported at the model's opset, and accepted only if it computes what the original nodes computed at every
+binding of the symbolic dims."""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..quiet import quiet
+from .onnx_graph import default_opset, node_reads
+from .partition import Region
+from .prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RegionModel:
+    """A region as an ONNX model whose inputs and outputs carry the user's tensor names."""
+
+    region: Region
+    model: onnx.ModelProto
+    inputs: list[str]
+    outputs: list[str]
+
+
+@dataclass
+class RegionResult:
+    region: Region
+    accepted: Optional[onnx.ModelProto] = None  # the optimized region, shape-free at its boundary
+    rules_applied: dict = field(default_factory=dict)
+    note: str = ""
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    ops_before: int = 0
+    ops_after: int = 0
+    expanded: int = 0
+    stopped_by: str = ""
+    seconds: float = 0.0
+
+
+def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
+    """The region's nodes (as folded at the first binding) with their data inputs as graph inputs, their
+    constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
+    f = prep.first
+    graph = prep.model.graph
+    members = set(region.nodes)
+    nodes = [copy.deepcopy(f.kept[i]) for i in region.nodes]
+    produced = [o for n in nodes for o in n.output if o]
+    produced_set = set(produced)
+    read_outside = {o.name for o in graph.output}
+    for i, n in enumerate(graph.node):
+        if i not in members:
+            read_outside.update(node_reads(n))
+    outputs = [o for o in produced if o in read_outside]
+    if not outputs:
+        return None
+    inputs, inits, seen = [], [], set()
+    for n in nodes:
+        for x in n.input:
+            if not x or x in seen or x in produced_set:
+                continue
+            seen.add(x)
+            if x in f.consts:
+                inits.append(numpy_helper.from_array(np.asarray(f.consts[x]), x))
+            else:
+                inputs.append(x)
+    g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
+                          [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
+    model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
+    return RegionModel(region, model, inputs, outputs)
+
+
+def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A copy whose graph inputs and outputs take the user's (possibly symbolic) types and that carries no
+    value_info, so that it runs at any binding of the symbolic dims."""
+    m = copy.deepcopy(model)
+    del m.graph.value_info[:]
+    for vi in list(m.graph.input) + list(m.graph.output):
+        t = types.get(vi.name)
+        if t is not None and t.HasField("tensor_type"):
+            vi.type.CopyFrom(t)
+        else:
+            vi.type.tensor_type.ClearField("shape")
+    return m
+
+
+def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[onnx.ModelProto], Any]:
+    """Import the region into Relax, run the TASO pass on it (costed for ONNX Runtime unless told otherwise) and
+    export the result at the model's opset; (None, report) when the search applied no rule."""
+    from ..onnx_io import load_onnx
+    from ..onnx_io.export import export_relax
+    from ..relay_pass.taso_pass import TasoOptimize
+
+    with quiet():
+        mod = load_onnx(rm.model)
+    p = TasoOptimize(runtime="onnx", **settings)
+    new_mod = p(mod)
+    tot = p.report.total
+    if tot is None or not tot.rules_applied:
+        return None, p.report
+    with quiet():
+        out = export_relax(new_mod, opset=default_opset(rm.model), input_names=rm.inputs, output_names=rm.outputs)
+    return out, p.report

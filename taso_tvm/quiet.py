@@ -1,0 +1,41 @@
+"""Keep TVM's and ONNX's chatter (Python prints, C++ log lines on fd 1/2, warnings) away from the user."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import warnings
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def quiet(enabled: bool = True) -> Iterator[None]:
+    """Silence stdout/stderr at the Python and the file-descriptor level (C++ logs) inside the block."""
+    if not enabled:
+        yield
+        return
+    saved = None
+    try:
+        fds = (sys.stdout.fileno(), sys.stderr.fileno())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(fd) for fd in fds]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in fds:
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # no real fds (captured streams)
+        saved = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                yield
+    finally:
+        if saved is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, s in zip((sys.stdout.fileno(), sys.stderr.fileno()), saved):
+                os.dup2(s, fd)
+                os.close(s)
