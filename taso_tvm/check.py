@@ -234,6 +234,8 @@ def check_onnx(original: Any, optimized: Any, feeds_list: Union[Feeds, Sequence[
     load or run; CheckError when the original does not."""
     check_tolerances(rtol, atol)
     feeds_list = [feeds_list] if isinstance(feeds_list, Mapping) else list(feeds_list)
+    if not feeds_list:
+        raise CheckError("no inputs to check the models on")
     ref = _session(original, threads, "the original model")
     new = _session(optimized, threads, "the optimized model", CheckFailed)
     worst: dict = {}
@@ -346,6 +348,8 @@ def check_relax(original: Any, optimized: Any, rtol: float = DEFAULT_RTOL, atol:
     check_tolerances(rtol, atol)
     original, optimized = bind_dims(original, dims), bind_dims(optimized, dims)
     funcs = public_functions(original)
+    if not funcs:
+        raise CheckError("the original module has no public Relax function to run: nothing could be checked")
     missing = [f for f in funcs if f not in public_functions(optimized)]
     if missing:
         raise CheckFailed(f"function '{missing[0]}' is missing from the optimized module")

@@ -298,8 +298,8 @@ def vm_runner(executable: Any, args: Union[Mapping[str, np.ndarray], Sequence[np
 
 
 def compare_tvm(ex_a: Any, ex_b: Any, feeds: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]],
-                device: Any = None, time_cap: float = DEFAULT_TIME_CAP, names: Sequence[str] = ("original", "optimized"),
-                func: str = "main", **kwargs: Any) -> TimingResult:
+                device: Any = None, time_cap: float = DEFAULT_TIME_CAP,
+                names: Sequence[str] = ("original", "optimized"), func: str = "main", **kwargs: Any) -> TimingResult:
     """Compare two built Relax executables (tvm.compile results) in the VirtualMachine on `device` (default CPU)."""
     runs = [vm_runner(ex, feeds, device, func) for ex in (ex_a, ex_b)]
     return compare(*runs, names=names, time_cap=time_cap, **kwargs)

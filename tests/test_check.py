@@ -132,6 +132,8 @@ def test_check_onnx_passes_the_same_function_and_reports_the_difference():
         check_onnx(orig, _model("Relu", out="z"), feeds)
     with pytest.raises(CheckFailed, match="extra output 'x_copy'"):
         check_onnx(orig, _model("Relu", extra_output=True), feeds)
+    with pytest.raises(CheckError, match="no inputs"):  # never a vacuous pass
+        check_onnx(orig, _model("Sigmoid"), [])
 
 
 def test_check_onnx_catches_a_nan_output():
@@ -173,6 +175,10 @@ def test_check_relax_binds_symbolic_dims_and_compares_tuple_outputs():
     with pytest.raises(CheckFailed) as e:
         check_relax(_relax(relax.op.nn.relu), _relax(relax.op.sigmoid))
     assert one_line(e).startswith("output 'main[0]' differs from the original")
+    private = _relax(relax.op.nn.relu)
+    private["main"] = private["main"].without_attr("global_symbol")
+    with pytest.raises(CheckError, match="nothing could be checked"):  # never a vacuous pass
+        check_relax(private, private)
 
 
 # ----------------------------------------------------------------------------------------- the pass and optimize
