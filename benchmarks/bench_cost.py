@@ -3,7 +3,8 @@
 1. Ranking: over a set of equivalent candidate graphs (hand-made TASO-style rewrites of small DNN blocks: merged
    parallel convs/matmuls, enlarged kernels, BN folded or not, redundant transposes, two sizes each), the
    Spearman rank correlation between the cost model's graph cost and the measured end-to-end latency of the
-   whole graph (TVM: compiled with the default pipeline; ORT: the graph as one ONNX model).
+   whole graph (TVM: compiled with the default pipeline; ORT: the graph as one ONNX model), the variants of one
+   block timed in interleaved rounds (taso_tvm.timing.compare) so that machine drift cannot reorder them.
 2. Speed: cold costing of ResNet-50 with the tvm backend on llvm (empty cache), warm costing (new model, same
    cache), and graph_cost on a graph whose kernels are known.
 
@@ -24,6 +25,8 @@ from taso_tvm.cost import CostModel, load_cost_config
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 
 THREADS = 2  # --threads; on a shared machine 1 gives steadier numbers (a parallel loop waits for its slowest thread)
+FAMILY_SECONDS = 3.0  # time cap for timing one family of equivalent graphs
+MIN_ROUNDS = 30  # rounds before the timing may stop early (its medians are the measured latencies)
 
 
 # ------------------------------------------------------------------ candidate graphs
@@ -134,44 +137,41 @@ def _feeds(graph: TensorGraph) -> dict[str, np.ndarray]:
     return {n.attrs["name"]: rng.standard_normal(n.types[0].shape).astype(n.types[0].dtype) for n in graph.inputs()}
 
 
-def tvm_latency_ms(graph: TensorGraph, repeat: int = 5) -> float:
+def _runner(backend: str, graph: TensorGraph):
+    """A callable running the whole graph once: built for llvm in the Relax VM, or as one ONNX model in ORT."""
+    from taso_tvm.timing import ort_runner, ort_session, vm_runner
+
+    feeds = _feeds(graph)
+    if backend == "ort":
+        from taso_tvm.cost.onnx_kernel import graph_onnx
+
+        return ort_runner(ort_session(graph_onnx(graph), THREADS), feeds)
     import tvm
     from tvm import relax
 
     from taso_tvm.relay_pass.lower import lower_to_function
 
-    feeds = _feeds(graph)
     names = sorted(feeds)
     mod = tvm.IRModule({"main": lower_to_function(graph, params=names)})
     target = tvm.target.Target({"kind": "llvm"})
     ex = tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
-    dev = tvm.cpu(0)
-    vm = relax.VirtualMachine(ex, dev)
-    args = [tvm.runtime.tensor(feeds[n], dev) for n in names]
-    res = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=50)(*args)
-    return float(np.median(list(res.results))) * 1e3
+    return vm_runner(ex, [feeds[n] for n in names])
 
 
-def ort_latency_ms(graph: TensorGraph, repeat: int = 7) -> float:
-    import onnxruntime as ort
+def measured_ms(backend: str, graphs: dict[str, TensorGraph]) -> dict[str, float]:
+    """End-to-end median latency (ms) of each graph; the graphs of one family are timed in interleaved rounds
+    (taso_tvm.timing), so machine drift does not reorder them."""
+    from taso_tvm.timing import compare
 
-    from taso_tvm.cost.onnx_kernel import graph_onnx
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = THREADS
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(graph_onnx(graph).SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feeds = _feeds(graph)
-    for _ in range(3):
-        sess.run(None, feeds)
-    samples = []  # single runs, as the ort backend times kernels
-    t_end = time.perf_counter() + 0.05 * repeat
-    while time.perf_counter() < t_end or len(samples) < 3 * repeat:
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples)) * 1e3
+    families: dict[str, list] = {}
+    for k in graphs:
+        families.setdefault(k.split("-")[0], []).append(k)
+    out = {}
+    for keys in families.values():
+        res = compare(*[_runner(backend, graphs[k]) for k in keys], names=keys, time_cap=FAMILY_SECONDS,
+                      min_rounds=MIN_ROUNDS, warmup=3)
+        out.update({lat.name: lat.median * 1e3 for lat in res.latencies})
+    return out
 
 
 def spearman(a, b) -> float:
@@ -197,10 +197,7 @@ def rank_quality(backend: str, cache: str) -> float:
         cm.prefetch(graphs.values())
         predicted = {k: cm.graph_cost(g) for k, g in graphs.items()}
     print(f"[{backend}] costed {len(graphs)} candidate graphs in {time.time() - t0:.1f} s")
-    measure = tvm_latency_ms if backend == "tvm" else ort_latency_ms
-    measured = {}
-    for k, g in graphs.items():
-        measured[k] = measure(g)
+    measured = measured_ms(backend, graphs)
     print(f"{'graph':36s} {'predicted ms':>12s} {'measured ms':>12s}")
     for k in graphs:
         print(f"{k:36s} {predicted[k]:12.3f} {measured[k]:12.3f}")

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .check import DEFAULT_ATOL, DEFAULT_RTOL
 from .graph import NodeStore, TensorGraph, TensorRef, TensorType
 
 _ACTS = {"NONE": "none", "RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh"}
@@ -242,26 +243,35 @@ def _graph_from(graph: TensorGraph, like: Graph) -> Graph:
 
 def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
              budget: Optional[int] = None, time_limit: Optional[float] = None, target: Any = None,
-             region_size: Optional[int] = None, config: Optional[str] = None) -> Any:
+             region_size: Optional[int] = None, config: Optional[str] = None, check: bool = False,
+             check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL) -> Any:
     """Optimize an IRModule, an ONNX model (ModelProto) or a builder graph; returns the same kind.
 
     rules: RuleSet / rule file(s) / None (the shipped, verified library). cost: a cost model, a backend name
     ("analytic", "tvm", "ort"), a config file, or None (the configured default for `target`).
+    check: compare the result with the original on random inputs (`taso_tvm.check` rules: an IRModule or graph
+    built for llvm, an ONNX model in ONNX Runtime) and raise `taso_tvm.check.CheckFailed` when they differ.
     """
     import onnx
     import tvm
 
+    from .check import check_onnx, check_relax, check_tolerances, random_feeds
     from .relay_pass.taso_pass import TasoOptimize
 
+    if check:
+        check_tolerances(check_rtol, check_atol)
     settings = dict(rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
                     region_size=region_size, target=target, config=config)
     if isinstance(obj, tvm.IRModule):
-        return TasoOptimize(**settings)(obj)
+        return TasoOptimize(**settings, check=check, check_rtol=check_rtol, check_atol=check_atol)(obj)
     if isinstance(obj, onnx.ModelProto):
         from .onnx_io import load_onnx
 
         mod = TasoOptimize(**settings)(load_onnx(obj))
-        return export_onnx(mod, like=obj)
+        out = export_onnx(mod, like=obj)
+        if check:  # the whole path, export included, in the runtime the result is for
+            check_onnx(obj, out, random_feeds(obj), check_rtol, check_atol)
+        return out
     if isinstance(obj, Graph):
         from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
         from .search import SearchConfig, optimize_graph
@@ -279,6 +289,8 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
         finally:
             if owned:
                 model.close()
+        if check:
+            check_relax(obj.to_relax(), graph_module(best), check_rtol, check_atol)
         return _graph_from(best, obj)
     raise TypeError(f"optimize() takes a tvm.IRModule, an onnx.ModelProto or a taso_tvm graph, not "
                     f"{type(obj).__name__}")

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
+from ..check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
 from ..graph import TensorGraph
 from ..search import SearchConfig, SearchStats, optimize_graph
 from .lift import LiftedBlock
@@ -21,12 +23,17 @@ from .settings import resolve_settings
 
 log = logging.getLogger(__name__)
 
+# a check's exception crosses TVM's FFI (the pass runs inside RunPass, Sequential, tvm.compile) with its own type
+for _err in (CheckError, CheckFailed):
+    tvm_ffi.register_error(_err)
+
 
 @dataclass
 class PassReport:
     """What the last run of a TasoOptimize pass did, block by block (summed in `total`)."""
 
     blocks: list = field(default_factory=list)  # SearchStats per optimized dataflow block
+    check: Optional[dict] = None  # with check=True: {output: largest absolute difference} of the numeric check
 
     @property
     def total(self) -> Optional[SearchStats]:
@@ -96,11 +103,15 @@ class TasoOptimize:
     config: a settings file (search, cost, rules sections); $TASO_TVM_CONFIG names one for every pass.
     runtime: what will run the result, for the `auto` cost backend: "tvm" (TVM kernels on the target) or
           "onnx" (ONNX Runtime kernels, for a module that will be exported to ONNX).
+    check: build the module before and after for llvm, run both on random inputs (symbolic dims bound to 1) and
+           raise `taso_tvm.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
+           (the rules of `taso_tvm.check`). Off by default: it costs two builds.
     """
 
     def __init__(self, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
                  budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
-                 target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm"):
+                 target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm",
+                 check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL):
         s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
                              region_size=region_size)
         self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
@@ -110,6 +121,9 @@ class TasoOptimize:
         self._rules_arg, self._cost_arg, self._target, self._runtime = s["rules"], s["cost"], target, runtime
         self._rules = None
         self._cost = None
+        if check:
+            check_tolerances(check_rtol, check_atol)
+        self.check, self.check_rtol, self.check_atol = bool(check), check_rtol, check_atol
         self.report = PassReport()
 
     def _target_now(self) -> Optional[tvm.target.Target]:
@@ -138,11 +152,20 @@ class TasoOptimize:
                 self._cost.close()  # stops the cost model's build workers
             self._cost = None
         out = relax.transform.DeadCodeElimination()(out)
+        if self.check:
+            self._check(mod, out)
         applied = Counter()
         for s in self.report.blocks:
             applied.update(s.rules_applied)
         log.info("TasoOptimize: %d block(s), rules applied: %s", len(self.report.blocks), dict(applied))
         return out
+
+    def _check(self, before: tvm.IRModule, after: tvm.IRModule) -> None:
+        if tvm_ffi.structural_equal(before, after, map_free_vars=True):
+            self.report.check = {}
+            log.info("TasoOptimize: module unchanged, nothing to check")
+            return
+        self.report.check = check_relax(before, after, self.check_rtol, self.check_atol)
 
 
 def taso_pipeline(target: Optional[tvm.target.Target] = None, **settings: Any) -> tvm.transform.Pass:
