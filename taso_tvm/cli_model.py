@@ -11,15 +11,13 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .check import CheckError, CheckFailed, check_tolerances, compare, random_feeds, run_onnx
+
 log = logging.getLogger("taso_tvm")
 
 
 class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
-
-
-class CheckFailed(Exception):
-    """The optimized model differs from the original: printed as one line, exit status 1."""
 
 
 # ----------------------------------------------------------------------------------------- settings
@@ -61,49 +59,9 @@ def parse_target(text: Optional[str]) -> Any:
 
 
 # ----------------------------------------------------------------------------------------- checking
-def random_feeds(model: Any, shapes: Optional[dict] = None, seed: int = 0) -> dict:
-    """Standard-normal float inputs (ints in [0, 8)) for each graph input of an ONNX model."""
-    from onnx import helper
-
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = list((shapes or {}).get(vi.name) or [d.dim_value if d.HasField("dim_value") else 1
-                                                    for d in tt.shape.dim])
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
-        else:
-            feeds[vi.name] = rng.integers(0, 8, dims).astype(dtype)
-    return feeds
-
-
 def ort_outputs(model: Any, feeds: dict) -> list:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float, atol: float) -> None:
-    """Raise CheckFailed naming the first output that differs beyond tolerance."""
-    for name, a, b in zip(names, got, want):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape:
-            raise CheckFailed(f"output '{name}' changed shape: {b.shape} -> {a.shape}")
-        scale = max(1.0, float(np.abs(b).max())) if b.size else 1.0
-        err = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        bound = atol * scale + rtol * np.abs(b.astype(np.float64))
-        if err.size and (err > bound).any():
-            raise CheckFailed(f"output '{name}' differs from the original by up to {err.max():.3g} "
-                              f"(tolerance rtol={rtol:g}, atol={atol:g} x {scale:.3g}); not written "
-                              f"(use --no-check to skip this check)")
+    """The model's outputs in ONNX Runtime, in graph order."""
+    return list(run_onnx(model, feeds).values())
 
 
 # ----------------------------------------------------------------------------------------- commands
@@ -190,11 +148,19 @@ def _dims(d: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items()))
 
 
+def _tolerances(args: argparse.Namespace) -> None:
+    try:
+        check_tolerances(args.rtol, args.atol)
+    except CheckError as e:
+        raise CLIError(str(e)) from None
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from .onnx_io import parse_shapes, read_onnx
 
     t0 = time.monotonic()
     _writable(args.output, args.report)
+    _tolerances(args)
     settings = search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, _ = read_onnx(args.model)
@@ -297,6 +263,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     _writable(args.output)
+    _tolerances(args)
     target = parse_target(args.target)
     if args.threads:
         os.environ["TVM_NUM_THREADS"] = str(args.threads)

@@ -118,8 +118,11 @@ class _Probe:
             with quiet():
                 out = export_relax(mod, opset=self.opset)
         except Exception as e:  # ExportError, or a converter's failure on an odd form
-            return f"the exporter cannot write it back ({_last_line(e)})", None
-        return None, _canonical(out)
+            return f"the exporter cannot write {node.op_type} back ({_last_line(e)})", None
+        ops = [n.op_type for n in out.graph.node]
+        if len(ops) != 1:  # a rewritten region would write it as several nodes where the user had one
+            return f"TVM decomposes {node.op_type} (written back as {' + '.join(ops) or 'nothing'})", None
+        return None, canonical(out)
 
 
 def _last_line(e: BaseException) -> str:
@@ -127,7 +130,7 @@ def _last_line(e: BaseException) -> str:
     return msg[-1][:200] if msg else type(e).__name__
 
 
-def _canonical(model: onnx.ModelProto) -> bytes:
+def canonical(model: onnx.ModelProto) -> bytes:
     """The computation a model writes down, names left out: op types, attributes and constant values."""
     h = hashlib.sha1()
     for n in model.graph.node:
@@ -157,7 +160,7 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
         work = fb.kept[index]
         for x in list(work.input) + list(work.output):
             if x and x not in fb.consts and not _static_tensor_type(fb.types.get(x)):
-                return f"tensor '{x}' has no static tensor type at the bound shapes"
+                return "a tensor with no static shape at the bound shapes (data-dependent or unknown)"
         why, form = probe(work, fb.types, fb.consts)
         if why is not None:
             return why
@@ -165,6 +168,11 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
     if len(set(forms)) > 1:
         return "TVM bakes the value of a symbolic dim into it"
     return None
+
+
+def _constant(prep: Prepared, index: int) -> bool:
+    """Whether every output of kept node `index` is a constant of the working copy (a kept Constant node)."""
+    return all(o in prep.first.consts for o in prep.first.kept[index].output if o)
 
 
 def partition(prep: Prepared) -> Partition:
@@ -185,8 +193,8 @@ def partition(prep: Prepared) -> Partition:
         lv = 0
         for x in node_reads(n):
             p = prod.get(x)
-            if p is None or p not in level or p not in prep.first.kept:
-                continue  # graph inputs, initializers and folded constants cost no level
+            if p is None or p not in level or p not in prep.first.kept or _constant(prep, p):
+                continue  # graph inputs, initializers and constants cost no level
             lv = max(lv, level[p] + (0 if p in searchable else 1))
         level[i] = lv
     parent = {i: i for i in searchable}

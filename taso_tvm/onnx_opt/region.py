@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 from ..quiet import quiet
 from .onnx_graph import default_opset, node_reads
-from .partition import Region
+from .partition import Region, canonical
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
@@ -107,4 +107,6 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
         return None, p.report
     with quiet():
         out = export_relax(new_mod, opset=default_opset(rm.model), input_names=rm.inputs, output_names=rm.outputs)
+    if canonical(out) == canonical(rm.model):  # the rewrite changed nothing ONNX can tell apart (conv+relu)
+        return None, p.report
     return out, p.report
