@@ -244,18 +244,23 @@ def _graph_from(graph: TensorGraph, like: Graph) -> Graph:
 def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
              budget: Optional[int] = None, time_limit: Optional[float] = None, target: Any = None,
              region_size: Optional[int] = None, config: Optional[str] = None, check: bool = False,
-             check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL) -> Any:
+             check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL, time_check: bool = True,
+             time_cap: float = 20.0, shapes: Optional[dict] = None) -> Any:
     """Optimize an IRModule, an ONNX model (ModelProto) or a builder graph; returns the same kind.
 
     rules: RuleSet / rule file(s) / None (the shipped, verified library). cost: a cost model, a backend name
-    ("analytic", "tvm", "ort"), a config file, or None (the configured default for `target`).
+    ("auto", "analytic", "tvm", "ort"), a config file, or None (the configured default for `target`).
     check: compare the result with the original on random inputs (`taso_tvm.check` rules: an IRModule or graph
     built for llvm, an ONNX model in ONNX Runtime) and raise `taso_tvm.check.CheckFailed` when they differ.
+    An ONNX model goes through the ONNX path (`taso_tvm.onnx_opt`): every rewritten region is checked anyway (one
+    that differs is dropped, or raises with `check`), symbolic dims stay symbolic (`shapes` sets the shapes costed
+    at), and unless `time_check` is off the result is returned only if ONNX Runtime runs it faster than the
+    original (timed for at most `time_cap` seconds); else the original model comes back.
     """
     import onnx
     import tvm
 
-    from .check import check_onnx, check_relax, check_tolerances, random_feeds
+    from .check import check_relax, check_tolerances
     from .relay_pass.taso_pass import TasoOptimize
 
     if check:
@@ -265,12 +270,10 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
     if isinstance(obj, tvm.IRModule):
         return TasoOptimize(**settings, check=check, check_rtol=check_rtol, check_atol=check_atol)(obj)
     if isinstance(obj, onnx.ModelProto):
-        from .onnx_io import load_onnx
+        from .onnx_opt import optimize_onnx
 
-        mod = TasoOptimize(**settings)(load_onnx(obj))
-        out = export_onnx(mod, like=obj)
-        if check:  # the whole path, export included, in the runtime the result is for
-            check_onnx(obj, out, random_feeds(obj), check_rtol, check_atol)
+        out, _ = optimize_onnx(obj, settings, shapes=shapes, check=True, strict=check, time_check=time_check,
+                               time_cap=time_cap, rtol=check_rtol, atol=check_atol)
         return out
     if isinstance(obj, Graph):
         from .relay_pass.taso_pass import _resolve_cost, _resolve_rules

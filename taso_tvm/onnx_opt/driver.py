@@ -94,8 +94,9 @@ def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarra
 
 def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Sequence[str],
                    rm_outputs: Sequence[str], captures: Sequence[Capture], sym_types: Mapping[str, onnx.TypeProto],
-                   rtol: float, atol: float) -> None:
-    """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding."""
+                   rtol: float, atol: float, strict: bool) -> None:
+    """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding
+    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was)."""
     from ..check import CheckFailed, compare_outputs, run_onnx
 
     relaxed = relax_boundary(optimized, sym_types)
@@ -109,7 +110,10 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
             got = run_onnx(relaxed, _region_feeds(rm_inputs, cap))
             compare_outputs(got, {o: cap.values[o] for o in rm_outputs}, rtol=rtol, atol=atol)
         except CheckFailed as e:
+            if strict:
+                raise
             res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
+            log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
             return
     res.accepted = relaxed
 
@@ -121,14 +125,15 @@ def _label(cap: Capture) -> str:
 def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
-                  threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0
+                  threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False
                   ) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
     settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
     shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
-    check: the whole-model numeric check (regions are always checked). time_check: time the original against
-    the result in ONNX Runtime and keep the original unless the result is faster.
+    check: the whole-model numeric check (regions are always checked). strict: a region or model that fails its
+    check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
+    result in ONNX Runtime and keep the original unless the result is faster.
     """
     from ..check import CheckFailed, check_onnx, random_feeds
 
@@ -151,12 +156,15 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
-            result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol)
+            result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol,
+                                     strict)
     if result is not model and check:
         feeds = [random_feeds(model, shapes=f.binding.shapes, seed=seed + 1) for f in prep.folded]
         try:
             check_onnx(model, result, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
+            if strict:
+                raise
             log.warning("the spliced model failed the check (%s): keeping the original", e)
             report.decision = f"original: the optimized model failed the check ({e})"
             result = model
@@ -175,6 +183,19 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         report.decision = "original: no rewrite was found"
     report.seconds = time.monotonic() - t0
     return result, report
+
+
+def _target(target: Any) -> Any:
+    """A tvm Target for 'llvm', 'cuda', a target dict or a Target (None stays None)."""
+    if target is None or not isinstance(target, (str, dict)):
+        return target
+    import tvm
+
+    spec = {"kind": target} if isinstance(target, str) else dict(target)
+    if spec.get("kind") == "cuda":
+        spec.setdefault("arch", "sm_90")
+        return tvm.target.Target(spec, host={"kind": "llvm"})
+    return tvm.target.Target(spec)
 
 
 def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -200,14 +221,14 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, seed: int) -> O
 
 
 def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures: list[Capture],
-                    sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float
-                    ) -> onnx.ModelProto:
+                    sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float,
+                    strict: bool) -> onnx.ModelProto:
     from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
     from ..relay_pass.settings import resolve_settings
 
     s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
     rules = _resolve_rules(s["rules"])
-    cost, owned = _resolve_cost(s["cost"], settings.get("target"), "onnx")
+    cost, owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
     search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
     replacements = []
     try:
@@ -232,7 +253,7 @@ def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures:
             if optimized is None:
                 res.note = "no rewrite found"
                 continue
-            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, sym_types, rtol, atol)
+            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, sym_types, rtol, atol, strict)
             if res.accepted is None:
                 log.info("region %d: %s", rm.region.index, res.note)
                 continue
