@@ -17,6 +17,7 @@ from tvm import relax
 
 from .context import prim_to_py, static_dims, type_dims
 from .exporter import register
+from .tir_index import axis_map, match_pad_axis
 
 # ----------------------------------------------------------------------------- TIR walking
 
@@ -191,6 +192,61 @@ def _pad(ctx, call, func, inputs):
     return ctx.op("Pad", x, ctx.i64(before + after), cv, mode="constant")
 
 
+def _gather_pad(mode):
+    """``mirror_pad`` / ``replicate_pad`` / ``circular_pad`` -> ONNX Pad reflect / edge / wrap.
+
+    The pad widths are not in the call: they are recovered per axis by evaluating the
+    PrimFunc's index expression at every output position and finding the widths for which
+    ONNX's ``mode`` gives the same source index everywhere (so a mismatch cannot export).
+    """
+
+    def h(ctx, call, func, inputs):
+        if len(inputs) != 1:
+            ctx.fail(f"{mode} pad with {len(inputs)} inputs")
+        x = inputs[0]
+        arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+        in_dims, out_dims = static_dims(arg), static_dims(call.ty)
+        if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
+            ctx.fail(f"{mode} pad PrimFunc with symbolic or unknown shapes")
+        blk, store = _compute_block(ctx, func)
+        loads = _loads(store.value)
+        if len(loads) != 1 or len(loads[0].indices) != len(in_dims) or len(store.indices) != len(out_dims):
+            ctx.fail(f"{mode} pad PrimFunc is not a single gather")
+        out_vars = list(store.indices)
+        if not all(tvm.ir.is_prim_var(v) for v in out_vars):
+            ctx.fail(f"{mode} pad PrimFunc does not write its output element-wise")
+        before, after = [], []
+        for ax, (e, n, o) in enumerate(zip(loads[0].indices, in_dims, out_dims)):
+            used = [v for v in out_vars if _uses(e, v)]
+            if used and (len(used) != 1 or not used[0].same_as(out_vars[ax])):
+                ctx.fail(f"{mode} pad index of axis {ax} reads another axis")
+            f = axis_map(e, out_vars[ax], o)
+            if f is None or (len(f) and (f.min() < 0 or f.max() >= n)):
+                ctx.fail(f"{mode} pad index of axis {ax} is not a gather within the input")
+            b = match_pad_axis(mode, f, n)
+            if b is None:
+                ctx.fail(f"{mode} pad of axis {ax} ({n} -> {o}) has no ONNX Pad mode={mode} equivalent")
+            before.append(b)
+            after.append(o - n - b)
+        if not any(before) and not any(after):
+            return x
+        # mode="wrap" exists from opset 19 (the schema only shows the attribute, not its values)
+        return ctx.op("Pad", x, ctx.i64(before + after), mode=mode, lo=19 if mode == "wrap" else None)
+
+    return h
+
+
+def _uses(expr, var) -> bool:
+    found = []
+
+    def fn(o):
+        if tvm.ir.is_prim_var(o) and o.same_as(var):
+            found.append(o)
+
+    _walk(expr, fn)
+    return bool(found)
+
+
 def _tile(ctx, call, func, inputs):
     x = inputs[0]
     in_dims = type_dims(call.args[1].fields[0])
@@ -234,6 +290,9 @@ _TIR_HANDLERS = {
     "divide": _binary("Div"),
     "einsum": _einsum,
     "pad": _pad,
+    "mirror_pad": _gather_pad("reflect"),
+    "replicate_pad": _gather_pad("edge"),
+    "circular_pad": _gather_pad("wrap"),
     "tile": _tile,
     "dyn_tile": _tile,
     "flip": _flip,
@@ -248,12 +307,14 @@ def convert_call_tir(ctx, call, attrs, args):
     name = gv.name_hint
     mod = ctx.exporter.mod
     if mod is None or gv not in mod.get_global_vars():
-        ctx.fail(f"PrimFunc '{name}' is not in the module")
+        ctx.relax_op = f"{ctx.relax_op} of PrimFunc '{name}'"
+        ctx.fail("the PrimFunc is not in the module")
     func = mod[gv]
+    ctx.relax_op = f"{ctx.relax_op} of PrimFunc '{name}'"
     base = re.sub(r"\d+$", "", name).rstrip("_")
     handler = _TIR_HANDLERS.get(base)
     if handler is None:
-        ctx.fail(f"call_tir of PrimFunc '{name}' has no ONNX mapping")
+        ctx.fail("no ONNX mapping")
     inputs = args[1]
     if not isinstance(inputs, list):
         inputs = [inputs]
