@@ -123,3 +123,33 @@ def test_reflect_pad_wider_than_axis_is_a_clear_error():
         export_relax(mod)
     msg = str(ei.value)
     assert "\n" not in msg and "mirror_pad" in msg and "binding" in msg
+
+
+@pytest.mark.parametrize("opset", [6, 10])
+def test_clip6_constant_bounds_inside_the_primfunc(opset):
+    # Clip-6..10 (min/max attributes, e.g. relu6 in older MobileNet exports): the frontend bakes
+    # the bounds into single-input 'maximum'/'minimum' PrimFuncs
+    m = make_model([helper.make_node("Clip", ["x"], ["y"], min=0.0, max=6.0)], [vi("x", [2, 5, 4])],
+                   [vi("y", [2, 5, 4])], opset=opset)
+    mod = import_relax(m)
+    assert _calltir_names(mod) == ["maximum", "minimum"]
+    x = x_feed([2, 5, 4]) * 8
+    e = roundtrip(m, [x])
+    assert op_types(e) == ["Max", "Min"]
+
+
+def test_elementwise_primfunc_translation_refuses_broadcast():
+    from tvm import relax, topi
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 1), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            # a single-input 'maximum' that broadcasts its input: not element-wise
+            y = bb.emit_te(lambda t: topi.maximum(topi.broadcast_to(t, (3, 4)), 0.5), x,
+                           primfunc_name_hint="maximum")
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    with pytest.raises(ExportError) as ei:
+        export_relax(bb.get())
+    assert "\n" not in str(ei.value) and "maximum" in str(ei.value)

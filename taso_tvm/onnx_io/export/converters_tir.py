@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .context import prim_to_py, static_dims, type_dims
+from .context import onnx_dtype, prim_dtype, prim_to_py, static_dims, type_dims
 from .exporter import register
 from .tir_index import axis_map, match_pad_axis
 
@@ -102,11 +102,47 @@ def _loads(expr):
 # ----------------------------------------------------------------------------- handlers
 def _binary(onnx_op):
     def h(ctx, call, func, inputs):
+        if len(inputs) == 1:  # the other operand is a constant inside the PrimFunc (Clip-6's min/max)
+            return _elementwise(ctx, call, func, inputs)
         if len(inputs) != 2:
             ctx.fail(f"expected 2 inputs, got {len(inputs)}")
         return ctx.op(onnx_op, inputs[0], inputs[1])
 
     return h
+
+
+_ELEMWISE_OPS = {tvm.tirx.Max: "Max", tvm.tirx.Min: "Min", tvm.tirx.Add: "Add", tvm.tirx.Sub: "Sub",
+                 tvm.tirx.Mul: "Mul", tvm.tirx.Div: "Div"}
+
+
+def _elementwise(ctx, call, func, inputs):
+    """A single-block element-wise PrimFunc (loads at exactly the output's indices, constants,
+    casts and + - * / min max) translated node for node."""
+    blk, store = _compute_block(ctx, func)
+    out_vars = list(store.indices)
+    out_dims = static_dims(call.ty)
+    params = {p.name: i for i, p in enumerate(func.params[:len(inputs)])}
+    arg_exprs = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+
+    def tr(e):
+        if type(e).__name__ == "TensorLoad":
+            i = params.get(e.source.name)
+            if i is None or len(e.indices) != len(out_vars) or static_dims(arg_exprs[i]) != out_dims \
+                    or not all(a.same_as(b) for a, b in zip(e.indices, out_vars)):
+                ctx.fail("PrimFunc is not element-wise over its inputs")
+            return inputs[i]
+        if isinstance(e, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return ctx.typed_scalar(prim_to_py(e), onnx_dtype(prim_dtype(e)))
+        if isinstance(e, tvm.tirx.Cast):
+            return ctx.cast(tr(e.value), onnx_dtype(prim_dtype(e)))
+        op = _ELEMWISE_OPS.get(type(e))
+        if op is None or (op == "Div" and not prim_dtype(e).startswith(("float", "bfloat"))):
+            ctx.fail(f"PrimFunc computes {type(e).__name__}, which has no element-wise ONNX mapping here")
+        return ctx.op(op, tr(e.a), tr(e.b))
+
+    if out_dims is None or not all(tvm.ir.is_prim_var(v) for v in out_vars):
+        ctx.fail("element-wise PrimFunc with symbolic shapes")
+    return ctx.cast(tr(store.value), onnx_dtype(call.ty.dtype))
 
 
 def _einsum(ctx, call, func, inputs):
