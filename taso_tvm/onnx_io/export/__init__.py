@@ -1,6 +1,6 @@
 """Relax -> ONNX export.
 
-``export_relax(mod_or_func, opset=None, input_names=None, output_names=None)`` returns an
+``export_relax(mod_or_func, opset=None, input_names=None, output_names=None, name_prefix="")`` returns an
 ``onnx.ModelProto`` for a Relax ``IRModule`` (its ``main``) or ``relax.Function``.  It maps
 every Relax operator that ``tvm.relax.frontend.onnx.from_onnx`` emits back to ONNX (see
 ``CONVERTERS``), writes constants as initializers, keeps input/output names, element types

@@ -262,6 +262,20 @@ def _norm_attr(v):
 # --------------------------------------------------------------------------------------
 # node specs
 # --------------------------------------------------------------------------------------
+class SinceAttr:
+    """An attribute written only from opset ``since`` on, where an older schema lacks it but
+    its default there equals ``value`` (RoiAlign's coordinate_transformation_mode)."""
+
+    __slots__ = ("value", "since")
+
+    def __init__(self, value, since: int):
+        self.value = value
+        self.since = int(since)
+
+    def __repr__(self):  # pragma: no cover - debugging aid
+        return f"SinceAttr({self.value!r}, {self.since})"
+
+
 class NodeSpec:
     """An ONNX node whose final form is rendered once the opset is known.
 
@@ -269,16 +283,18 @@ class NodeSpec:
     an attribute in opsets whose schema has such an attribute, and an int64 input
     otherwise (ReduceMean axes: attribute <= 17, input >= 18; Squeeze/Unsqueeze/ReduceSum/
     Split: attribute <= 12, input >= 13).  ``lo``/``hi`` bound the opsets in which the node
-    has the intended semantics beyond what the schema says.
+    has the intended semantics beyond what the schema says.  ``fill`` maps the index of an
+    omitted (``""``) input to ``(array, elem)``: the constant to pass where the opset's
+    schema makes that input required (Resize-11's ``roi``/``scales``).
     """
 
     __slots__ = (
         "op_type", "inputs", "outputs", "attrs", "domain", "name", "flex", "lo", "hi",
-        "relax_op", "binding", "alive", "in_types", "out_types", "subgraphs", "implicit",
+        "relax_op", "binding", "alive", "in_types", "out_types", "subgraphs", "implicit", "fill",
     )
 
     def __init__(self, op_type, inputs, outputs, attrs, domain="", name="", flex=None,
-                 lo=None, hi=None, relax_op="", binding=""):
+                 lo=None, hi=None, relax_op="", binding="", fill=None):
         self.op_type = op_type
         self.inputs = list(inputs)
         self.outputs = list(outputs)
@@ -286,6 +302,7 @@ class NodeSpec:
         self.domain = domain
         self.name = name
         self.flex = flex or {}
+        self.fill = fill or {}
         self.lo = lo
         self.hi = hi
         self.relax_op = relax_op
@@ -404,7 +421,8 @@ class EmitContext:
 
     # ---------------------------------------------------------------- nodes
     def node(self, op_type: str, inputs: Sequence[str], n_out: int = 1, outputs=None,
-             out_types=None, domain: str = "", flex=None, lo=None, hi=None, **attrs) -> List[str]:
+             out_types=None, domain: str = "", flex=None, lo=None, hi=None, fill=None,
+             **attrs) -> List[str]:
         """Append a node; returns its output names."""
         inputs = ["" if i is None else i for i in inputs]
         if outputs is None:
@@ -421,7 +439,7 @@ class EmitContext:
             except Exception as e:  # internal error, should not happen
                 self.fail(f"internal: {e}")
         spec = NodeSpec(op_type, inputs, outputs, attrs, domain, name="", flex=flex, lo=lo,
-                        hi=hi, relax_op=self.relax_op, binding=self.binding)
+                        hi=hi, relax_op=self.relax_op, binding=self.binding, fill=fill)
         spec.in_types = tuple(in_types)
         spec.out_types = tuple(out_types)
         for o, t in zip(outputs, out_types):

@@ -6,7 +6,7 @@ from onnx import TensorProto
 
 from tvm import relax
 
-from .context import onnx_dtype, prim_to_py, rank_of
+from .context import SinceAttr, onnx_dtype, prim_to_py, rank_of
 from .converters_nn import layout_transpose
 from .exporter import register
 
@@ -77,7 +77,9 @@ def convert_resize(ctx, call, attrs, args):
         starts = [0.0, 0.0] + roi_vals[:nd]
         ends = [1.0, 1.0] + roi_vals[nd:]
         roi = ctx.const(np.array(starts + ends, dtype=np.float32), TensorProto.FLOAT)
-    y = ctx.op("Resize", x, roi, "", sizes, **kw)
+    # Resize-11 requires roi and scales (empty tensors when sizes are given)
+    empty = (np.zeros((0,), np.float32), TensorProto.FLOAT)
+    y = ctx.op("Resize", x, roi, "", sizes, fill={1: empty, 2: empty}, **kw)
     od = attrs.out_dtype
     if od is not None and str(od) not in ("", "void"):
         y = ctx.cast(y, onnx_dtype(od))
@@ -140,8 +142,8 @@ def convert_roi_align(ctx, call, attrs, args):
         boxes = ctx.op("Add", boxes, ctx.typed_scalar(0.5 / scale, ctx.types[boxes]))
     kw = dict(output_height=ph, output_width=pw, sampling_ratio=max(ratio, 0),
               spatial_scale=scale, mode=mode)
-    if aligned:
-        kw["coordinate_transformation_mode"] = "half_pixel"
+    # RoiAlign-10 always used output_half_pixel; RoiAlign-16 defaults to half_pixel
+    kw["coordinate_transformation_mode"] = "half_pixel" if aligned else SinceAttr("output_half_pixel", 16)
     y = ctx.op("RoiAlign", x, boxes, bidx, **kw)
     return layout_transpose(ctx, y, "NCHW", layout)
 

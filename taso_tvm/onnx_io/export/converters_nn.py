@@ -470,13 +470,13 @@ def convert_prelu(ctx, call, attrs, args):
 
 @register("relax.nn.dropout")
 def convert_dropout(ctx, call, attrs, args):
-    rate = float(attrs.rate)
+    # Relax's dropout is the inference form: the identity, and a mask of ones in the input's
+    # dtype.  Written without a Dropout node, whose ratio moved from attribute to input at 12.
+    attrs.rate  # noqa: B018  (irrelevant at inference)
     x = args[0]
     t = ctx.types[x]
-    ratio = ctx.typed_scalar(rate, t if t in FLOAT_TYPES else TensorProto.FLOAT)
-    y, mask = ctx.node("Dropout", [x, ratio], n_out=2)
-    # Relax returns the mask with the input's dtype (all ones at inference)
-    return [y, ctx.cast(mask, t)]
+    mask = ctx.op("Expand", ctx.typed_scalar(1, t), ctx.shape_of(x))
+    return [x, mask]
 
 
 @register("relax.nn.pad")

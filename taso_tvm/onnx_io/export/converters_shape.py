@@ -79,7 +79,9 @@ def _try_coerced_softmax(ctx, call):
     for k in range(len(d)):
         if int(np.prod(d[:k])) == two[0] and int(np.prod(d[k:])) == two[1] and all(x == 1 for x in d[k + 1:]):
             op = "Softmax" if sm.op.name == "relax.nn.softmax" else "LogSoftmax"
-            return ctx.op(op, exp.value_of(inner.args[0]), axis=k, lo=None if k == len(d) - 1 else 13)
+            # with d[k+1:] all 1, the opset<13 (coerce to 2-D at k) and opset>=13 (one axis)
+            # semantics agree, so the node is valid at every opset
+            return ctx.op(op, exp.value_of(inner.args[0]), axis=k)
     return None
 
 

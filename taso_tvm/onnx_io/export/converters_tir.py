@@ -15,8 +15,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .context import prim_to_py, static_dims, type_dims
+from .context import onnx_dtype, prim_dtype, prim_to_py, static_dims, type_dims
 from .exporter import register
+from .tir_index import axis_map, match_pad_axis
 
 # ----------------------------------------------------------------------------- TIR walking
 
@@ -101,11 +102,47 @@ def _loads(expr):
 # ----------------------------------------------------------------------------- handlers
 def _binary(onnx_op):
     def h(ctx, call, func, inputs):
+        if len(inputs) == 1:  # the other operand is a constant inside the PrimFunc (Clip-6's min/max)
+            return _elementwise(ctx, call, func, inputs)
         if len(inputs) != 2:
             ctx.fail(f"expected 2 inputs, got {len(inputs)}")
         return ctx.op(onnx_op, inputs[0], inputs[1])
 
     return h
+
+
+_ELEMWISE_OPS = {tvm.tirx.Max: "Max", tvm.tirx.Min: "Min", tvm.tirx.Add: "Add", tvm.tirx.Sub: "Sub",
+                 tvm.tirx.Mul: "Mul", tvm.tirx.Div: "Div"}
+
+
+def _elementwise(ctx, call, func, inputs):
+    """A single-block element-wise PrimFunc (loads at exactly the output's indices, constants,
+    casts and + - * / min max) translated node for node."""
+    blk, store = _compute_block(ctx, func)
+    out_vars = list(store.indices)
+    out_dims = static_dims(call.ty)
+    params = {p.name: i for i, p in enumerate(func.params[:len(inputs)])}
+    arg_exprs = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+
+    def tr(e):
+        if type(e).__name__ == "TensorLoad":
+            i = params.get(e.source.name)
+            if i is None or len(e.indices) != len(out_vars) or static_dims(arg_exprs[i]) != out_dims \
+                    or not all(a.same_as(b) for a, b in zip(e.indices, out_vars)):
+                ctx.fail("PrimFunc is not element-wise over its inputs")
+            return inputs[i]
+        if isinstance(e, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return ctx.typed_scalar(prim_to_py(e), onnx_dtype(prim_dtype(e)))
+        if isinstance(e, tvm.tirx.Cast):
+            return ctx.cast(tr(e.value), onnx_dtype(prim_dtype(e)))
+        op = _ELEMWISE_OPS.get(type(e))
+        if op is None or (op == "Div" and not prim_dtype(e).startswith(("float", "bfloat"))):
+            ctx.fail(f"PrimFunc computes {type(e).__name__}, which has no element-wise ONNX mapping here")
+        return ctx.op(op, tr(e.a), tr(e.b))
+
+    if out_dims is None or not all(tvm.ir.is_prim_var(v) for v in out_vars):
+        ctx.fail("element-wise PrimFunc with symbolic shapes")
+    return ctx.cast(tr(store.value), onnx_dtype(call.ty.dtype))
 
 
 def _einsum(ctx, call, func, inputs):
@@ -191,6 +228,61 @@ def _pad(ctx, call, func, inputs):
     return ctx.op("Pad", x, ctx.i64(before + after), cv, mode="constant")
 
 
+def _gather_pad(mode):
+    """``mirror_pad`` / ``replicate_pad`` / ``circular_pad`` -> ONNX Pad reflect / edge / wrap.
+
+    The pad widths are not in the call: they are recovered per axis by evaluating the
+    PrimFunc's index expression at every output position and finding the widths for which
+    ONNX's ``mode`` gives the same source index everywhere (so a mismatch cannot export).
+    """
+
+    def h(ctx, call, func, inputs):
+        if len(inputs) != 1:
+            ctx.fail(f"{mode} pad with {len(inputs)} inputs")
+        x = inputs[0]
+        arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+        in_dims, out_dims = static_dims(arg), static_dims(call.ty)
+        if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
+            ctx.fail(f"{mode} pad PrimFunc with symbolic or unknown shapes")
+        blk, store = _compute_block(ctx, func)
+        loads = _loads(store.value)
+        if len(loads) != 1 or len(loads[0].indices) != len(in_dims) or len(store.indices) != len(out_dims):
+            ctx.fail(f"{mode} pad PrimFunc is not a single gather")
+        out_vars = list(store.indices)
+        if not all(tvm.ir.is_prim_var(v) for v in out_vars):
+            ctx.fail(f"{mode} pad PrimFunc does not write its output element-wise")
+        before, after = [], []
+        for ax, (e, n, o) in enumerate(zip(loads[0].indices, in_dims, out_dims)):
+            used = [v for v in out_vars if _uses(e, v)]
+            if used and (len(used) != 1 or not used[0].same_as(out_vars[ax])):
+                ctx.fail(f"{mode} pad index of axis {ax} reads another axis")
+            f = axis_map(e, out_vars[ax], o)
+            if f is None or (len(f) and (f.min() < 0 or f.max() >= n)):
+                ctx.fail(f"{mode} pad index of axis {ax} is not a gather within the input")
+            b = match_pad_axis(mode, f, n)
+            if b is None:
+                ctx.fail(f"{mode} pad of axis {ax} ({n} -> {o}) has no ONNX Pad mode={mode} equivalent")
+            before.append(b)
+            after.append(o - n - b)
+        if not any(before) and not any(after):
+            return x
+        # mode="wrap" exists from opset 19 (the schema only shows the attribute, not its values)
+        return ctx.op("Pad", x, ctx.i64(before + after), mode=mode, lo=19 if mode == "wrap" else None)
+
+    return h
+
+
+def _uses(expr, var) -> bool:
+    found = []
+
+    def fn(o):
+        if tvm.ir.is_prim_var(o) and o.same_as(var):
+            found.append(o)
+
+    _walk(expr, fn)
+    return bool(found)
+
+
 def _tile(ctx, call, func, inputs):
     x = inputs[0]
     in_dims = type_dims(call.args[1].fields[0])
@@ -234,6 +326,9 @@ _TIR_HANDLERS = {
     "divide": _binary("Div"),
     "einsum": _einsum,
     "pad": _pad,
+    "mirror_pad": _gather_pad("reflect"),
+    "replicate_pad": _gather_pad("edge"),
+    "circular_pad": _gather_pad("wrap"),
     "tile": _tile,
     "dyn_tile": _tile,
     "flip": _flip,
@@ -248,12 +343,14 @@ def convert_call_tir(ctx, call, attrs, args):
     name = gv.name_hint
     mod = ctx.exporter.mod
     if mod is None or gv not in mod.get_global_vars():
-        ctx.fail(f"PrimFunc '{name}' is not in the module")
+        ctx.relax_op = f"{ctx.relax_op} of PrimFunc '{name}'"
+        ctx.fail("the PrimFunc is not in the module")
     func = mod[gv]
+    ctx.relax_op = f"{ctx.relax_op} of PrimFunc '{name}'"
     base = re.sub(r"\d+$", "", name).rstrip("_")
     handler = _TIR_HANDLERS.get(base)
     if handler is None:
-        ctx.fail(f"call_tir of PrimFunc '{name}' has no ONNX mapping")
+        ctx.fail("no ONNX mapping")
     inputs = args[1]
     if not isinstance(inputs, list):
         inputs = [inputs]

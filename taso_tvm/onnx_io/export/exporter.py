@@ -519,7 +519,8 @@ def _get_main(obj):
 
 
 def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional[Sequence[str]] = None,
-                 output_names: Optional[Sequence[str]] = None, model_name: str = "main") -> onnx.ModelProto:
+                 output_names: Optional[Sequence[str]] = None, model_name: str = "main",
+                 name_prefix: str = "") -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
@@ -531,8 +532,29 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
         :class:`ExportError` is raised.
     input_names, output_names : sequence of str, optional
         Graph input / output names.  Default: Relax parameter names; ``output`` (single
-        output) or ``output_0``, ``output_1``, ... (tuple outputs, flattened).
+        output) or ``output_0``, ``output_1``, ... (tuple outputs, flattened).  An output
+        may carry an input's name only if it returns that input unchanged.
+    name_prefix : str, optional
+        Prepended to every node name, intermediate tensor name and initializer name (not to
+        graph input/output names), so that several exported regions can be spliced into one
+        graph without name clashes.
+
+    Every failure is an :class:`ExportError` with a one-line message.
     """
+    try:
+        model = _export(mod_or_func, opset, input_names, output_names, model_name)
+    except ExportError:
+        raise
+    except Exception as e:  # an exporter bug must still read as one line, not a traceback
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ExportError(f"cannot export model: internal error {type(e).__name__}: {first}") from e
+    if name_prefix:
+        keep = {v.name for v in model.graph.input} | {v.name for v in model.graph.output}
+        apply_name_prefix(model.graph, name_prefix, keep)
+    return model
+
+
+def _export(mod_or_func, opset, input_names, output_names, model_name) -> onnx.ModelProto:
     from . import converters  # noqa: F401  (fills CONVERTERS)
 
     mod, func = _get_main(mod_or_func)
@@ -583,9 +605,13 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
             raise ExportError(f"cannot export: {len(out_names)} output_names given for {n_out} outputs")
     else:
         out_names = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+    input_names_set = set(values[:num_input])
+    if len(set(out_names)) != len(out_names):
+        raise ExportError(f"cannot export: output names {out_names} are not distinct")
     for n in out_names:
-        if not ctx.reserve(n):
-            raise ExportError(f"cannot export: output name '{n}' collides with an input name")
+        # an output may keep an input's name only when it returns that very input (checked below)
+        if n not in input_names_set and not ctx.reserve(n):
+            raise ExportError(f"cannot export: output name '{n}' collides with another tensor name")
 
     # ----- body
     env: Dict[Any, Any] = {}
@@ -595,20 +621,7 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
         raise ExportError(f"cannot export: function returns {len(leaves)} tensors but its type has {n_out}")
 
     # ----- outputs
-    graph_inputs_names = {vi.name for vi in graph_inputs}
-    taken = set()
-    ctx.binding, ctx.relax_op = "output", "return"
-    graph_outputs = []
-    for leaf, name, ty in zip(leaves, out_names, ret_leaves):
-        if not isinstance(leaf, str):
-            raise ExportError(f"cannot export output '{name}': not a tensor")
-        prod = ctx.producer.get(leaf)
-        if prod is not None and leaf not in taken and leaf not in graph_inputs_names:
-            _rename(ctx, leaf, name)
-        else:
-            ctx.node("Identity", [leaf], outputs=[name], out_types=[ctx.types[leaf]])
-        taken.add(leaf)
-        graph_outputs.append(_value_info(name, ty))
+    graph_outputs = _bind_outputs(ctx, leaves, out_names, ret_leaves, input_names_set)
 
     # ----- dead code elimination
     needed = set(out_names)
@@ -650,6 +663,34 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
     return model
 
 
+def _bind_outputs(ctx, leaves, out_names, ret_types, input_names) -> list:
+    """Give every returned tensor its graph output name; returns the output ValueInfos.
+
+    A node's output is renamed in place the first time it is returned.  A tensor returned
+    twice, a graph input (under another name) and a constant/initializer are copied by an
+    ``Identity``, because an ONNX graph output needs a distinct name made by a node.
+    """
+    ctx.binding, ctx.relax_op = "output", "return"
+    final = {}  # leaf tensor -> the graph output name it was renamed to
+    graph_outputs = []
+    for leaf, name, ty in zip(leaves, out_names, ret_types):
+        if not isinstance(leaf, str):
+            raise ExportError(f"cannot export output '{name}': not a tensor")
+        if name in input_names:
+            if leaf != name:
+                raise ExportError(f"cannot export: output name '{name}' is an input name but the output is "
+                                  "not that input")
+        elif leaf in final:
+            ctx.node("Identity", [final[leaf]], outputs=[name], out_types=[ctx.types[leaf]])
+        elif ctx.producer.get(leaf) is not None and leaf not in input_names:
+            _rename(ctx, leaf, name)
+            final[leaf] = name
+        else:
+            ctx.node("Identity", [leaf], outputs=[name], out_types=[ctx.types[leaf]])
+        graph_outputs.append(_value_info(name, ty))
+    return graph_outputs
+
+
 def _min_ir_for_types(ctx, inits) -> int:
     ir = 7
     for t in set(ctx.types.values()):
@@ -675,3 +716,44 @@ def _rename(ctx, old, new):
             n.implicit = [new if i == old else i for i in n.implicit]
     ctx.types[new] = ctx.types[old]
     ctx.producer[new] = prod
+
+
+def apply_name_prefix(graph: onnx.GraphProto, prefix: str, keep: set) -> None:
+    """Prefix every node, intermediate tensor, initializer and subgraph name of ``graph``
+    (recursively) except the names in ``keep`` (the graph's inputs and outputs)."""
+    mapping: Dict[str, str] = {}
+
+    def subgraphs(n):
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield a.g
+            for g in a.graphs:
+                yield g
+
+    def collect(g):
+        names = [t.name for t in g.initializer]
+        for n in g.node:
+            names.extend(n.output)
+            for sub in subgraphs(n):
+                names.extend(i.name for i in sub.input)
+                collect(sub)
+        for nm in names:
+            if nm and nm not in keep:
+                mapping[nm] = prefix + nm
+
+    def rename(g):
+        for t in g.initializer:
+            t.name = mapping.get(t.name, t.name)
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            vi.name = mapping.get(vi.name, vi.name)
+        for n in g.node:
+            n.input[:] = [mapping.get(i, i) for i in n.input]
+            n.output[:] = [mapping.get(o, o) for o in n.output]
+            if n.name:
+                n.name = prefix + n.name
+            for sub in subgraphs(n):
+                sub.name = prefix + sub.name
+                rename(sub)
+
+    collect(graph)
+    rename(graph)

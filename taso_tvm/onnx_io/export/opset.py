@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec
+from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec, SinceAttr
 
 MAX_OPSET = onnx.defs.onnx_opset_version()
 DEFAULT_MIN_OPSET = 13
@@ -45,6 +45,8 @@ def _signature(n: NodeSpec) -> tuple:
         n.domain,
         tuple(sorted(n.attrs)),
         tuple(sorted(n.flex)),
+        tuple(sorted(n.fill)),
+        tuple(i for i, x in enumerate(n.inputs) if x == ""),
         len(n.inputs),
         n.in_types,
         len(n.outputs),
@@ -97,8 +99,8 @@ def _schema_valid(n: NodeSpec, v: int) -> bool:
     s = schema_at(n.op_type, v, n.domain)
     if s is None or s.deprecated:
         return False
-    for a in n.attrs:
-        if a not in s.attributes:
+    for a, val in n.attrs.items():
+        if a not in s.attributes and not (isinstance(val, SinceAttr) and v < val.since):
             return False
     n_in = len(n.inputs)
     for k in n.flex:
@@ -110,6 +112,11 @@ def _schema_valid(n: NodeSpec, v: int) -> bool:
         n_in = max(n_in, idx + 1)
     if n_in < s.min_input or n_in > s.max_input:
         return False
+    for i, x in enumerate(n.inputs):
+        # an omitted input is allowed where the formal is optional (or a constant can fill it)
+        if x == "" and i < len(s.inputs) and i not in n.fill \
+                and s.inputs[i].option == onnx.defs.OpSchema.FormalParameterOption.Single:
+            return False
     if len(n.outputs) < s.min_output or len(n.outputs) > s.max_output:
         return False
     if not _types_ok(s.inputs, list(n.in_types), s):
@@ -223,6 +230,23 @@ def render(nodes: List[NodeSpec], v: int, initializers: dict, types: dict) -> Li
                         inputs.append(flex_cache[key])
                     else:
                         inputs[idx] = flex_cache[key]
+        for idx, (arr, elem) in n.fill.items():
+            s = schema_at(n.op_type, v, n.domain)
+            if idx < len(inputs) and inputs[idx] == "" and idx < len(s.inputs) \
+                    and s.inputs[idx].option == onnx.defs.OpSchema.FormalParameterOption.Single:
+                key = ("fill", elem, tuple(np.shape(arr)), np.asarray(arr).tobytes())
+                if key not in flex_cache:
+                    nm, j = f"{n.op_type.lower()}_in{idx}_empty", 0
+                    while nm in used_names:
+                        j += 1
+                        nm = f"{n.op_type.lower()}_in{idx}_empty__{j}"
+                    used_names.add(nm)
+                    initializers[nm] = (np.asarray(arr), elem)
+                    types[nm] = elem
+                    flex_cache[key] = nm
+                inputs[idx] = flex_cache[key]
+        attrs = {k: (val.value if isinstance(val, SinceAttr) else val) for k, val in attrs.items()
+                 if not (isinstance(val, SinceAttr) and v < val.since)}
         attrs = {k: (val(v) if callable(val) else val) for k, val in attrs.items()}
         for k, (sub, outs, gname) in n.subgraphs.items():
             sub_nodes = render(sub, v, initializers, types)
