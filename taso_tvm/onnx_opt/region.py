@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 
 from ..quiet import quiet
 from .onnx_graph import default_opset, node_reads
-from .partition import Region, canonical
+from .partition import Region
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,14 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
     return m
 
 
+def _ops_and_weights(model: onnx.ModelProto) -> tuple:
+    """The operators and constants a model uses, as multisets: equal for a rewrite that ONNX cannot tell from the
+    original (keeping the original then is always right)."""
+    ops = sorted(f"{n.domain}/{n.op_type}" for n in model.graph.node)
+    consts = sorted(numpy_helper.to_array(t).tobytes() for t in model.graph.initializer)
+    return ops, consts
+
+
 def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[onnx.ModelProto], Any]:
     """Import the region into Relax, run the TASO pass on it (costed for ONNX Runtime unless told otherwise) and
     export the result at the model's opset; (None, report) when the search applied no rule."""
@@ -105,8 +113,10 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     tot = p.report.total
     if tot is None or not tot.rules_applied:
         return None, p.report
+    opset = default_opset(rm.model)
     with quiet():
-        out = export_relax(new_mod, opset=default_opset(rm.model), input_names=rm.inputs, output_names=rm.outputs)
-    if canonical(out) == canonical(rm.model):  # the rewrite changed nothing ONNX can tell apart (conv+relu)
+        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
+        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
+    if _ops_and_weights(out) == _ops_and_weights(same):  # e.g. conv+relu fused, then written as Conv + Relu
         return None, p.report
     return out, p.report
