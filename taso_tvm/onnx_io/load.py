@@ -77,10 +77,12 @@ def _input_shapes(proto: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence
 
 
 def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-              opset: Optional[int] = None) -> tvm.IRModule:
+              opset: Optional[int] = None, fold_constants: bool = True) -> tvm.IRModule:
     """Import an ONNX model into a Relax IRModule with weights bound as constants and constants folded.
 
-    `shapes` fixes input shapes (and so symbolic dimensions), like tvmc's --input-shapes.
+    `shapes` fixes input shapes (and so symbolic dimensions), like tvmc's --input-shapes. `fold_constants=False`
+    skips FoldConstant (which builds a kernel per folded expression); the search folds weight-only subgraphs
+    with NumPy anyway.
     """
     proto, label = read_onnx(model)
     shape_dict = _input_shapes(proto, shapes, label)
@@ -102,6 +104,7 @@ def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = 
         msg = str(e).strip().splitlines()
         raise ModelLoadError(f"{label}: TVM could not import the model: {msg[-1] if msg else type(e).__name__}"
                              ) from None
-    mod = relax.transform.FoldConstant()(mod)
+    if fold_constants:
+        mod = relax.transform.FoldConstant()(mod)
     log.info("imported %s: %d Relax functions", label, len(mod.functions))
     return mod

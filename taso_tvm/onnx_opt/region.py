@@ -107,7 +107,7 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     from ..relay_pass.taso_pass import TasoOptimize
 
     with quiet():
-        mod = load_onnx(rm.model)
+        mod = load_onnx(rm.model, fold_constants=False)
     p = TasoOptimize(runtime="onnx", **settings)
     new_mod = p(mod)
     tot = p.report.total
