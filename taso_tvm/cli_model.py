@@ -229,7 +229,8 @@ def _import_for_tvm(proto: Any, shapes: Optional[dict]) -> Any:
         return load_onnx(proto, shapes=shapes)
     except ModelLoadError as first:
         if symbolic_dims(proto) and not shapes:
-            raise
+            dims = ", ".join(sorted(symbolic_dims(proto)))
+            raise ModelLoadError(f"{first} (the model has symbolic dims {dims}: --input-shapes binds them)") from None
         folded, ok = fold_at(proto, make_binding(proto, shapes))
         if not ok:
             raise first from None
@@ -304,7 +305,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(f"{'latency (TVM, llvm)':24s}original {timing.median_a * 1e3:.3f} ms, optimized "
                   f"{timing.median_b * 1e3:.3f} ms: ratio {timing.ratio:.3f} [{timing.ci_low:.3f}, "
                   f"{timing.ci_high:.3f}], {timing.rounds} rounds ({timing.verdict})")
-        print(f"{'written':24s}{decision or 'the optimized module'}")
+        rewritten = report.total is not None and bool(report.total.rules_applied)
+        print(f"{'written':24s}{decision or ('the optimized module' if rewritten else 'no rewrite was found')}")
     else:
         print(f"written to {args.output}")
     return 0

@@ -1,15 +1,17 @@
 """ONNX → Relax: TVM's ONNX frontend plus the clean-up the search needs, with one-line errors."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
-import warnings
 from typing import Mapping, Optional, Sequence, Union
 
 import onnx
 import tvm
 from tvm import relax
+
+from ..quiet import quiet
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,20 @@ def _input_shapes(proto: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence
     return out
 
 
+def _import_error(e: Exception, proto: onnx.ModelProto, label: str) -> ModelLoadError:
+    """One line for a failure of TVM's ONNX frontend, naming the operator and node where it can."""
+    if isinstance(e, tvm.error.OpNotImplemented):
+        known = {op.op_type for op in proto.graph.node}
+        ops = re.findall(r"[A-Za-z_][\w.]*", str(e).split(":", 1)[-1])
+        bad = [o for o in ops if o in known] or ops
+        nodes = [n for n in proto.graph.node if n.op_type in bad]
+        where = ", ".join(f"'{n.name or n.output[0]}'" for n in nodes[:3])
+        return ModelLoadError(f"{label}: operator {', '.join(bad)} (node {where}) is not supported by TVM's ONNX "
+                              f"importer")
+    msg = str(e).strip().splitlines()
+    return ModelLoadError(f"{label}: TVM could not import the model: {msg[-1] if msg else type(e).__name__}")
+
+
 def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = None,
               opset: Optional[int] = None, fold_constants: bool = True) -> tvm.IRModule:
     """Import an ONNX model into a Relax IRModule with weights bound as constants and constants folded.
@@ -86,24 +102,18 @@ def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = 
     """
     proto, label = read_onnx(model)
     shape_dict = _input_shapes(proto, shapes, label)
-    known = {op.op_type for op in proto.graph.node}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    error: Optional[ModelLoadError] = None
+    with quiet():  # the frontend prints its errors; TVM logs a warning when the abandoned builder is collected
+        try:
             from tvm.relax.frontend.onnx import from_onnx
 
             mod = from_onnx(proto, shape_dict=shape_dict or None, opset=opset)
-    except tvm.error.OpNotImplemented as e:
-        ops = re.findall(r"[A-Za-z_][\w.]*", str(e).split(":", 1)[-1])
-        bad = [o for o in ops if o in known] or ops
-        nodes = [n for n in proto.graph.node if n.op_type in bad]
-        where = ", ".join(f"'{n.name or n.output[0]}'" for n in nodes[:3])
-        raise ModelLoadError(f"{label}: operator {', '.join(bad)} (node {where}) is not supported by TVM's ONNX "
-                             f"importer") from None
-    except Exception as e:  # the frontend raises many types; keep one line
-        msg = str(e).strip().splitlines()
-        raise ModelLoadError(f"{label}: TVM could not import the model: {msg[-1] if msg else type(e).__name__}"
-                             ) from None
+        except Exception as e:  # the frontend raises many types; keep one line
+            error = _import_error(e, proto, label)
+        if error is not None:
+            gc.collect()
+    if error is not None:
+        raise error
     if fold_constants:
         mod = relax.transform.FoldConstant()(mod)
     log.info("imported %s: %d Relax functions", label, len(mod.functions))

@@ -31,7 +31,7 @@ def substitute(expr: Any, vmap: Mapping[Any, Any]) -> Any:
     if isinstance(expr, relax.MatchCast):
         return relax.MatchCast(expr.var, substitute(expr.value, vmap), expr.ty)
     free = relax.analysis.free_vars(expr) if isinstance(expr, relax.Expr) else []
-    if any(v in vmap for v in free):
+    if any(v in vmap and not vmap[v].same_as(v) for v in free):  # a symbolic dim's var maps to itself
         raise NotImplementedError(f"cannot substitute inside a {type(expr).__name__}")
     return expr
 
