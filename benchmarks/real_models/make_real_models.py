@@ -66,6 +66,7 @@ class Spec:
     small: bool = True  # part of the small (committed) set
     full: bool = True  # part of the full (cache) set
     handwritten: str | None = None  # why a hand-written module, when it is one
+    full_dims: dict[str, list[int]] | None = None  # test values for the full-size model, when they differ
     reference: Callable[[], Any] | None = None  # set by make: the torch module to compare against
     notes: str = ""
 
@@ -111,7 +112,9 @@ def _export(module, args: tuple, path: Path, inputs: list[Input], outputs: list[
             prog = torch.onnx.export(module, args, None, dynamo=True, input_names=names, output_names=outputs,
                                      dynamic_shapes=shapes, opset_version=opset)
             prog.save(str(path), external_data=False)
-            exporter = {"name": "torch.onnx.export (dynamo=True)", "torch": torch.__version__}
+            _drop_stack_traces(path)
+            exporter = {"name": "torch.onnx.export (dynamo=True)", "torch": torch.__version__,
+                        "postprocess": f"dropped node metadata {STACK_TRACE_KEY!r} (absolute paths of this machine)"}
             import onnxscript
             exporter["onnxscript"] = onnxscript.__version__
         else:
@@ -121,6 +124,29 @@ def _export(module, args: tuple, path: Path, inputs: list[Input], outputs: list[
                               dynamic_axes=axes, opset_version=opset or 17)
             exporter = {"name": "torch.onnx.export (dynamo=False, TorchScript)", "torch": torch.__version__}
     return exporter
+
+
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def _drop_stack_traces(path: Path) -> None:
+    """The dynamo exporter records each node's Python stack trace, with this machine's paths in it; everything
+    else it writes stays (names, scopes, class hierarchy), so the files are reproducible byte for byte."""
+    model = onnx.load(str(path))
+
+    def strip(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            keep = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
+            del node.metadata_props[:]
+            node.metadata_props.extend(keep)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    strip(attr.g)
+                for g in attr.graphs:
+                    strip(g)
+
+    strip(model.graph)
+    onnx.save(model, str(path))
 
 
 def _pkg_version(name: str) -> str:
@@ -482,9 +508,11 @@ def specs() -> list[Spec]:
              {b: [1, 3], s: [16, 7]}, make_sentence_encoder),
         Spec("fpn_detector", ["cnn", "detector", "resize_shape_chain", "dynamic_batch", "dynamic_spatial"],
              [Input("images", {0: b, 2: h, 3: w})], {b: [1, 2], h: [64, 96], w: [96, 64]}, make_fpn_detector,
+             full_dims={b: [1, 2], h: [320, 256], w: [320, 416]},
              notes="dense head hand-written (one 1x1 conv per FPN level); backbone and FPN are torchvision's"),
         Spec("fcos", ["cnn", "detector", "resize_shape_chain", "nms", "topk", "if", "dynamic_spatial"],
-             [Input("image", {1: h, 2: w}, range=(0.0, 1.0))], {h: [160, 200], w: [224, 160]}, make_fcos),
+             [Input("image", {1: h, 2: w}, range=(0.0, 1.0))], {h: [160, 200], w: [224, 160]}, make_fcos,
+             full_dims={h: [480, 600], w: [640, 480]}),
         Spec("lstm_tagger", ["lstm", "embedding", "dynamic_batch", "dynamic_sequence"],
              [Input("tokens", {0: b, 1: s})], {b: [1, 3], s: [16, 5]}, make_rnn_tagger,
              handwritten="Embedding + nn.LSTM + Linear: no weight-free library architecture uses LSTM"),
@@ -496,33 +524,34 @@ def specs() -> list[Spec]:
              handwritten="torch.cond around two MLP branches: library models do not branch on data"),
         Spec("pad_generator", ["cnn", "pad_reflect", "pad_edge", "dynamic_batch", "dynamic_spatial"],
              [Input("x", {0: b, 2: h, 3: w})], {b: [1, 2], h: [32, 40], w: [32, 24]}, make_pad_generator,
+             full_dims={b: [1, 2], h: [256, 200], w: [256, 160]},
              handwritten="CycleGAN-style generator (the architecture lives in a repository, not a pip package)"),
     ]
     exporter_vad = {"name": "as shipped (see producer)"}
     out += [
         Spec("silero_vad", ["lstm", "if", "audio", "dynamic_batch"],
              [Input("input", {0: b, 1: "samples"}, range=(-1.0, 1.0)), Input("state", {1: b}),
-              Input("sr", values=[16000])], {b: [1, 2], "samples": [512, 512]},
+              Input("sr", values=[16000])], {b: [1, 2], "samples": [512, 576]},
              _shipped(SILERO_VAD, "silero_vad/data/silero_vad.onnx", "MIT", exporter_vad), small=False,
-             notes="input dims are unnamed in the file; 16 kHz needs 512-sample chunks (8 kHz: 256)"),
+             notes="input dims are unnamed in the file; 16 kHz chunks of 512 samples (576 with the 64-sample context)"),
         Spec("silero_vad_op15", ["lstm", "if", "audio", "dynamic_batch"],
              [Input("input", {0: b, 1: "samples"}, range=(-1.0, 1.0)), Input("state", {1: b}),
-              Input("sr", values=[16000])], {b: [1, 2], "samples": [512, 512]},
+              Input("sr", values=[16000])], {b: [1, 2], "samples": [512, 576]},
              _shipped(SILERO_VAD, "silero_vad/data/silero_vad_16k_op15.onnx", "MIT", exporter_vad), small=False,
-             notes="torch-exported variant with named dims; 16 kHz only"),
-        Spec("ppocr_det", ["cnn", "detector", "resize_shape_chain", "dynamic_batch", "dynamic_spatial"],
+             notes="torch-exported variant with named dims (batch, sequence); 16 kHz only"),
+        Spec("ppocr_det", ["cnn", "detector", "dynamic_batch", "dynamic_spatial"],
              [Input("x", {0: b, 2: h, 3: w}, range=(-1.0, 1.0))], {b: [1, 2], h: [320, 256], w: [320, 480]},
              _shipped(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "Apache-2.0",
                       {"name": "paddle2onnx"}), small=False, notes="height and width multiples of 32"),
         Spec("ppocr_rec", ["cnn", "transformer", "dynamic_batch", "dynamic_spatial"],
-             [Input("x", {0: b, 2: h, 3: w}, range=(-1.0, 1.0))], {b: [1, 2], h: [48, 48], w: [320, 160]},
+             [Input("x", {0: b, 2: h, 3: w}, range=(-1.0, 1.0))], {b: [1, 2], h: [48, 32], w: [320, 160]},
              _shipped(RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", "Apache-2.0",
-                      {"name": "paddle2onnx"}), small=False, notes="height is symbolic in the file but must be 48"),
+                      {"name": "paddle2onnx"}), small=False, notes="height is '?' in the file; the model is trained at 48"),
         Spec("ppocr_cls", ["cnn", "classifier", "dynamic_batch", "dynamic_spatial"],
-             [Input("x", {0: b, 2: h, 3: w}, range=(-1.0, 1.0))], {b: [1, 6], h: [48, 48], w: [192, 192]},
+             [Input("x", {0: b, 2: h, 3: w}, range=(-1.0, 1.0))], {b: [1, 6], h: [48, 48], w: [192, 100]},
              _shipped(RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", "Apache-2.0",
                       {"name": "paddle2onnx"}), small=False,
-             notes="batch is -1 and height/width '?' in the file; the classifier head needs 48x192"),
+             notes="batch is -1 and height and width both '?' in the file; trained at 48x192"),
     ]
     return out
 
@@ -622,6 +651,8 @@ def check(path: Path, entry: dict, spec: Spec) -> None:
 
 
 def build(spec: Spec, small: bool, out: Path) -> dict:
+    if not small and spec.full_dims:
+        spec.dims = spec.full_dims
     path = out / f"{spec.name}.onnx"
     tmp_path = out / f".{spec.name}.onnx.tmp"
     spec.reference = None
