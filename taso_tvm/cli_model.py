@@ -170,8 +170,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
     search["target"] = settings.get("target")
+    inputs = _read_inputs(args.inputs) if args.inputs else None
     try:
-        out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
+        out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes, inputs=inputs,
                                           check=not args.no_check, time_check=not args.no_time_check,
                                           time_cap=args.time_cap, threads=args.threads, rtol=args.rtol,
                                           atol=args.atol)
@@ -182,6 +183,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args.report, report, args, time.monotonic() - t0)
     return 0
+
+
+def _read_inputs(path: str) -> dict:
+    """Sample inputs from an .npz (arrays named like the graph inputs)."""
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise CLIError(f"cannot read inputs '{path}': {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                       ) from None
 
 
 def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> int:
@@ -426,6 +437,8 @@ def add_model_commands(sub: Any) -> None:
     o.add_argument("--time-cap", type=float, default=20.0,
                    help="seconds the original-vs-optimized timing may take (default 20)")
     o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
+    o.add_argument("--inputs", help="sample inputs (.npz, arrays named like the graph inputs) for the checks, "
+                                    "where random ones would not do (a sample rate, token ids)")
     common(o)
     o.set_defaults(func=cmd_optimize)
 

@@ -255,7 +255,8 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2) -> Any:
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # a model that fails is reported by the caller, in one line
+    ort.set_default_logger_severity(4)
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 

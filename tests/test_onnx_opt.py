@@ -142,3 +142,45 @@ def test_a_cost_model_that_prefers_slower_graphs_is_caught():
     assert report.regions and any(r.rules_applied for r in report.regions)
     assert report.timing is not None and report.timing.verdict != "faster"
     assert out is m and report.decision.startswith("original")
+
+
+def _gather_model():
+    """Embedding rows picked by integer ids (random ids in [0, 8) are out of range for 4 rows), then two
+    matmuls on the same input; the sequence dim L must stay symbolic."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "table"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed", axis=0),
+             helper.make_node("MatMul", ["e", "w1"], ["a"], name="mm1"),
+             helper.make_node("MatMul", ["e", "w2"], ["b"], name="mm2"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["L"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["L", 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_sample_inputs_make_a_model_checkable(tmp_path):
+    m = _gather_model()
+    _, report = optimize_onnx(m, ANALYTIC, time_check=False)
+    assert report.decision.startswith("original") and "run" in report.decision  # random ids are out of range
+    ids = np.array([0, 3, 1, 2, 2, 1], np.int64)
+    out, report = optimize_onnx(m, ANALYTIC, time_check=False, inputs={"ids": ids})
+    assert report.bindings == [{"L": 6}, {"L": 12}]
+    for n in (6, 12):
+        feeds = {"ids": np.resize(ids, n)}
+        assert_close(ort_run(out, feeds), ort_run(m, feeds), rtol=1e-3, atol=1e-4)
+
+
+def test_second_binding_falls_back_and_gives_up_cleanly():
+    m = _symbolic(zoo.get_model("seed_example"))
+    first = make_binding(m)
+    from taso_tvm.onnx_opt.prepare import second_bindings
+    assert [b.dims["N"] for b in second_bindings(first, m)] == [3, 2]
+    bias = numpy_helper.from_array(np.ones((5,), np.float32), "bias")  # fits L=5 only
+    g = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["y"], name="add")], "fixed",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["L"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["L"])], [bias])
+    fixed = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    out, report = optimize_onnx(fixed, ANALYTIC, shapes={"x": [5]}, time_check=False)
+    assert out is fixed and "second value" in report.decision

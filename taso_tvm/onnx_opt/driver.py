@@ -15,7 +15,7 @@ import onnx
 
 from .onnx_graph import node_reads
 from .partition import Partition, partition
-from .prepare import Prepared, bind_inputs, graph_inputs, infer, make_binding, prepare
+from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
 from .region import RegionResult, region_model, relax_boundary, search_region
 from .splice import PREFIX, splice
 
@@ -118,6 +118,40 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
     res.accepted = relaxed
 
 
+def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
+             seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs at a binding: the user's arrays where their shapes fit it, random ones elsewhere (integers drawn from
+    the values the user's array holds, when there is one)."""
+    from ..check import random_feeds
+
+    feeds = random_feeds(model, shapes=binding.shapes, seed=seed)
+    rng = np.random.default_rng(seed)
+    for name, arr in (inputs or {}).items():
+        if name not in feeds:
+            continue
+        arr = np.asarray(arr, dtype=feeds[name].dtype)
+        if arr.shape == feeds[name].shape:
+            feeds[name] = arr
+        elif arr.size and not np.issubdtype(arr.dtype, np.floating):
+            feeds[name] = rng.choice(arr.reshape(-1), size=feeds[name].shape).astype(arr.dtype)
+    return feeds
+
+
+def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
+                 seed: int) -> Optional[Binding]:
+    """The first candidate second binding at which the original model runs, or None."""
+    from ..check import CheckFailed, run_onnx
+    from .prepare import second_bindings
+
+    for cand in second_bindings(first, model):
+        try:
+            run_onnx(model, feeds_at(model, cand, inputs, seed))
+            return cand
+        except CheckFailed as e:
+            log.info("the model does not run at %s (%s)", cand.label(), e)
+    return None
+
+
 def _label(cap: Capture) -> str:
     return ", ".join(f"{k}{list(v.shape)}" for k, v in list(cap.feeds.items())[:2])
 
@@ -125,24 +159,35 @@ def _label(cap: Capture) -> str:
 def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
-                  threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False
-                  ) -> tuple[onnx.ModelProto, OnnxReport]:
+                  threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False,
+                  inputs: Optional[Mapping[str, np.ndarray]] = None) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
     settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
     shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
+    inputs: sample inputs (name -> array) for the checks, where random ones would not do (a sample rate, token
+    ids); their shapes set the binding when `shapes` does not.
     check: the whole-model numeric check (regions are always checked). strict: a region or model that fails its
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
     """
-    from ..check import CheckFailed, check_onnx, random_feeds
+    from ..check import CheckFailed, check_onnx
 
     t0 = time.monotonic()
     report = OnnxReport(nodes=len(model.graph.node))
+    if shapes is None and inputs:
+        shapes = {k: list(np.shape(v)) for k, v in inputs.items()}
     if fix_shapes:
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
-    prep = prepare(model, shapes, fold=fold)
+    first = make_binding(model, shapes)
+    second = _pick_second(model, first, inputs, seed) if first.dims else None
+    if first.dims and second is None:
+        report.decision = ("original: the model does not run at any second value of its symbolic dims "
+                           f"({', '.join(first.dims)}), so no rewrite could be checked for them")
+        report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
+        return model, report
+    prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
     part = partition(prep)
@@ -152,14 +197,14 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     sym_types = _sym_types(model)
     result = model
     if rms:
-        captures = _captures(model, prep, rms, seed)
+        captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
             result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol,
                                      strict)
     if result is not model and check:
-        feeds = [random_feeds(model, shapes=f.binding.shapes, seed=seed + 1) for f in prep.folded]
+        feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
             check_onnx(model, result, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
@@ -171,7 +216,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     if result is not model and time_check:
         from ..timing import compare_onnx
 
-        feeds = random_feeds(model, shapes=prep.first.binding.shapes, seed=seed)
+        feeds = feeds_at(model, prep.first.binding, inputs, seed)
         report.timing = compare_onnx(model, result, feeds, threads=threads, time_cap=time_cap)
         if report.timing.verdict != "faster":
             report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
@@ -204,13 +249,14 @@ def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     return {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
 
 
-def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, seed: int) -> Optional[list[Capture]]:
-    from ..check import CheckFailed, random_feeds
+def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optional[Mapping[str, np.ndarray]],
+              seed: int) -> Optional[list[Capture]]:
+    from ..check import CheckFailed
 
     names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
     out = []
     for f in prep.folded:
-        feeds = random_feeds(model, shapes=f.binding.shapes, seed=seed)
+        feeds = feeds_at(model, f.binding, inputs, seed)
         try:
             out.append(Capture(model, names, f.types, feeds))
         except CheckFailed as e:

@@ -144,10 +144,17 @@ def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[
     return Binding(values, _shapes_at(model, values))
 
 
-def second_binding(first: Binding, model: onnx.ModelProto) -> Binding:
-    """Another value for every symbolic dim (3 for a dim of 1, else twice the value)."""
-    values = {k: (3 if v == 1 else 2 * v) for k, v in first.dims.items()}
-    return Binding(values, _shapes_at(model, values))
+def second_bindings(first: Binding, model: onnx.ModelProto) -> list[Binding]:
+    """Candidates for a second value of every symbolic dim, best first: 3 for a dim of 1, else twice the value;
+    then one eighth more (models that want multiples of 8, e.g. audio frames); then one more."""
+    steps = [lambda v: 3 if v == 1 else 2 * v, lambda v: 3 if v == 1 else v + max(1, v // 8),
+             lambda v: v + 1]
+    out = []
+    for step in steps:
+        values = {k: step(v) for k, v in first.dims.items()}
+        if all(b.dims != values for b in out):
+            out.append(Binding(values, _shapes_at(model, values)))
+    return out
 
 
 def _shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> dict[str, list[int]]:
@@ -275,13 +282,14 @@ def fold_at(model: onnx.ModelProto, binding: Binding, fold: bool = True) -> tupl
 
 
 def prepare(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-            fold: bool = True) -> Prepared:
-    """Working copies of `model` at the user's (or the default) binding and, if it has symbolic dims, a second."""
+            fold: bool = True, second: Optional[Binding] = None) -> Prepared:
+    """Working copies of `model` at the user's (or the default) binding and, if it has symbolic dims, at a second
+    binding (`second`, else the first of `second_bindings`)."""
     first = make_binding(model, shapes)
     f1, ok1 = fold_at(model, first, fold)
     prep = Prepared(model, [f1], folding_used=ok1)
     if first.dims:
-        second = second_binding(first, model)
+        second = second or second_bindings(first, model)[0]
         f2, ok2 = fold_at(model, second, fold and ok1)
         prep.folded.append(f2)
         prep.folding_used = ok1 and ok2
