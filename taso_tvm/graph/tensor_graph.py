@@ -414,3 +414,27 @@ def new_graph_store() -> NodeStore:
 
 
 __all__ = ["Node", "NodeStore", "TensorGraph", "TensorRef", "CycleError", "from_weights", "weight_array", "freeze"]
+
+
+def fold_weights(graph: TensorGraph) -> TensorGraph:
+    """The graph with every weight-only computation evaluated with NumPy into a weight (what Relax's FoldConstant
+    does, without building a kernel per expression), so that rules asking for weights see them."""
+    wo = graph.weight_only_ids()
+    if not wo:
+        return graph
+    store = graph.store
+    arrays: dict[int, list] = {}
+    mapping: dict[TensorRef, TensorRef] = {}
+    users = graph.consumers()
+    outputs = set(graph.outputs)
+    for node in graph.topo_order():
+        if node.id not in wo:
+            continue
+        args = [arrays[i][j] if i in arrays else weight_array(store.nodes[i]) for i, j in node.inputs]
+        outs = node.opdef.numpy(args, node.attrs)
+        arrays[node.id] = [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
+        for k, ref in enumerate(node.outputs):
+            frontier = ref in outputs or any(c < 0 or c not in wo for c, _ in users.get(ref, ()))
+            if frontier:
+                mapping[ref] = store.weight(arrays[node.id][k], node.types[k])
+    return graph.replace(mapping) if mapping else graph

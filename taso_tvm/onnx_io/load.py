@@ -116,5 +116,7 @@ def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = 
         raise error
     if fold_constants:
         mod = relax.transform.FoldConstant()(mod)
+    else:  # unused tuple reads (batch_norm's running statistics) would otherwise stay; FoldConstant drops them
+        mod = relax.transform.DeadCodeElimination()(mod)
     log.info("imported %s: %d Relax functions", label, len(mod.functions))
     return mod

@@ -15,7 +15,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
-from ..graph import TensorGraph
+from ..graph import TensorGraph, fold_weights
 from ..search import SearchConfig, SearchStats, optimize_graph
 from .lift import LiftedBlock
 from .rewrite import rewrite_module
@@ -136,6 +136,7 @@ class TasoOptimize:
         graph = lifted.graph
         if graph.num_ops == 0:
             return graph
+        graph = fold_weights(graph)  # rules that ask for weights see folded ones (as after FoldConstant)
         best, stats = optimize_graph(graph, self._rules, self._cost, self.config)
         self.report.blocks.append(stats)
         return best
