@@ -90,13 +90,28 @@ def test_resize_at_every_opset(mode, ctm, use_sizes):
         np.testing.assert_allclose(ort_run(e, [x])[0], ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("opset", [11, 15, 16, 17, 21])
-def test_roi_align_keeps_output_half_pixel_across_the_default_change(opset):
+def _roi_align_model(ctm):
     rois = numpy_helper.from_array(np.array([[0, 0, 9, 9], [0, 0, 4, 4], [4, 4, 9, 9]], np.float32), "rois")
     bidx = numpy_helper.from_array(np.array([0, 0, 0], np.int64), "bidx")
     node = helper.make_node("RoiAlign", ["x", "rois", "bidx"], ["y"], output_height=5, output_width=5,
-                            sampling_ratio=2, spatial_scale=1.0, coordinate_transformation_mode="output_half_pixel")
-    m = make_model([node], [vi("x", [1, 2, 10, 10])], [vi("y", [3, 2, 5, 5])], [rois, bidx], opset=16)
+                            sampling_ratio=2, spatial_scale=1.0, coordinate_transformation_mode=ctm)
+    return make_model([node], [vi("x", [1, 2, 10, 10])], [vi("y", [3, 2, 5, 5])], [rois, bidx], opset=16)
+
+
+def test_roi_align_half_pixel_after_output_half_pixel():
+    # the two forms differ only in how the attribute is written; the validity cache must tell them apart
+    x = x_feed([1, 2, 10, 10])
+    for ctm, lowest in (("output_half_pixel", 13), ("half_pixel", 16)):
+        m = _roi_align_model(ctm)
+        e = export_relax(import_relax(m))
+        onnx.checker.check_model(e, full_check=True)
+        assert opset_of(e) == lowest
+        np.testing.assert_allclose(ort_run(e, [x])[0], ort_run(m, [x])[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [11, 15, 16, 17, 21])
+def test_roi_align_keeps_output_half_pixel_across_the_default_change(opset):
+    m = _roi_align_model("output_half_pixel")
     mod = import_relax(m)
     e = export_relax(mod, opset=opset)
     onnx.checker.check_model(e, full_check=True)

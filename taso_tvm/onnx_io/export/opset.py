@@ -43,7 +43,7 @@ def _signature(n: NodeSpec) -> tuple:
     return (
         n.op_type,
         n.domain,
-        tuple(sorted(n.attrs)),
+        tuple(sorted((k, v.since if isinstance(v, SinceAttr) else 0) for k, v in n.attrs.items())),
         tuple(sorted(n.flex)),
         tuple(sorted(n.fill)),
         tuple(i for i, x in enumerate(n.inputs) if x == ""),
