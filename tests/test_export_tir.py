@@ -153,3 +153,41 @@ def test_elementwise_primfunc_translation_refuses_broadcast():
     with pytest.raises(ExportError) as ei:
         export_relax(bb.get())
     assert "\n" not in str(ei.value) and "maximum" in str(ei.value)
+
+
+# ----------------------------------------------------------------------------- resize1d (rank-3 Resize)
+RESIZE1D = [(w, out, mode, ctm, nm)
+            for (w, out) in ((8, 16), (5, 15), (8, 4), (8, 12))
+            for mode, nm in (("linear", None), ("nearest", "round_prefer_floor"), ("nearest", "round_prefer_ceil"),
+                             ("nearest", "floor"), ("nearest", "ceil"))
+            for ctm in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")]
+
+
+@pytest.mark.parametrize("w,out,mode,ctm,nm", RESIZE1D[::3] + [RESIZE1D[1], RESIZE1D[-1]])
+def test_resize1d_round_trip(w, out, mode, ctm, nm):
+    kw = dict(mode=mode, coordinate_transformation_mode=ctm)
+    if nm:
+        kw["nearest_mode"] = nm
+    sizes = numpy_helper.from_array(np.array([2, 3, out], np.int64), "sizes")
+    m = make_model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **kw)], [vi("x", [2, 3, w])],
+                   [vi("y", [2, 3, out])], [sizes], opset=13)
+    mod = import_relax(m)
+    assert _calltir_names(mod) == ["resize1d"]
+    e = roundtrip(m, [x_feed([2, 3, w])])
+    assert op_types(e) == ["Resize"]
+    e11 = roundtrip(m, [x_feed([2, 3, w])], opset=11)  # Resize-11: roi/scales filled with empty tensors
+    assert e11.opset_import[0].version == 11
+
+
+def test_resize_map_matches_only_resize_matrices():
+    from taso_tvm.onnx_io.export import resize_map
+
+    m = resize_map.resize1d_matrix(6, 12, "linear", "align_corners")
+    assert resize_map.match(m) == dict(mode="linear", coordinate_transformation_mode="align_corners")
+    assert resize_map.match(np.random.default_rng(0).random((12, 6))) is None
+    # rows must sum to one for every mode (it is an interpolation)
+    for c in resize_map.candidates():
+        mm = resize_map.resize1d_matrix(7, 3, c["mode"], c["coordinate_transformation_mode"],
+                                        c.get("nearest_mode", "round_prefer_floor"), c.get("cubic_coeff_a", -0.75),
+                                        c.get("exclude_outside", 0))
+        np.testing.assert_allclose(mm.sum(axis=1), 1.0, atol=1e-9)

@@ -1,10 +1,15 @@
-"""``R.call_tir`` of the PrimFuncs that the ONNX frontend creates with ``emit_te``.
+"""``R.call_tir`` of the PrimFuncs that TVM's ONNX frontend creates with ``emit_te``.
 
-The frontend emits TOPI compute for a few operators (Clip -> maximum/minimum, Einsum,
-Tile, Pad with auto_pad, ...).  Those PrimFuncs are recognized by name (``maximum``,
-``maximum1``, ...) and, where their parameters are not visible in the call (Einsum's
-equation, Pad's widths and value), by reading the single compute block of the PrimFunc.
-Anything else raises a clear :class:`ExportError`.
+The frontend emits TOPI compute for: Clip (``maximum``/``minimum``; Clip-6..10 bakes its
+bounds into single-input ones), Einsum (``einsum``), Tile (``tile``/``dyn_tile``), ReverseSequence
+/ negative-step Slice / CumSum reverse (``flip``), Pad constant / reflect / edge / wrap
+(``pad``, ``mirror_pad``, ``replicate_pad``, ``circular_pad``; also Conv auto_pad) and rank-3
+Resize (``resize1d``; with a runtime roi ``resize{1,2,3}d_dyn``, not mapped).  PrimFuncs are
+recognized by name (``maximum``, ``maximum1``, ...); parameters not visible in the call
+(Einsum's equation, Pad's widths and mode, Resize's mode and coordinate transformation) are
+read from the PrimFunc's single compute block, by evaluating its index expressions where a
+formula could be written several ways (see :mod:`.tir_index`, :mod:`.resize_map`).
+Anything else raises a one-line :class:`ExportError` naming the PrimFunc and the binding.
 """
 from __future__ import annotations
 
@@ -272,6 +277,58 @@ def _gather_pad(mode):
     return h
 
 
+def _resize1d(ctx, call, func, inputs):
+    """``resize1d`` (rank-3 Resize) -> ONNX Resize with ``sizes``.
+
+    The PrimFunc's per-row linear map is evaluated on the identity (every input position at
+    once) and compared with the map of each ONNX mode / coordinate transformation; only an
+    exact match (and a map without constant offset, i.e. no extrapolation) is exported.
+    """
+    from . import resize_map
+    from .tir_index import NotEvaluable, eval_index
+
+    if len(inputs) != 1:
+        ctx.fail(f"resize1d with {len(inputs)} inputs (runtime roi)")
+    arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+    in_dims, out_dims = static_dims(arg), static_dims(call.ty)
+    if in_dims is None or out_dims is None or len(in_dims) != 3 or in_dims[:2] != out_dims[:2]:
+        ctx.fail("resize1d with symbolic shapes or a resized batch/channel axis")
+    blk, store = _compute_block(ctx, func)
+    v = list(store.indices)
+    if len(v) != 3 or not all(tvm.ir.is_prim_var(a) for a in v):
+        ctx.fail("resize1d PrimFunc does not write its output element-wise")
+    loads = _loads(store.value)
+    src = func.params[0].name
+    for ld in loads:
+        if ld.source.name != src or not (ld.indices[0].same_as(v[0]) and ld.indices[1].same_as(v[1])) \
+                or _uses(ld.indices[2], v[0]) or _uses(ld.indices[2], v[1]):
+            ctx.fail("resize1d PrimFunc mixes rows or reads another buffer")
+    n_in, n_out = in_dims[2], out_dims[2]
+    eye = np.eye(n_in, dtype=np.float32).reshape(n_in, 1, n_in)
+    cols = []
+    try:
+        for k0 in range(0, n_in, 256):
+            env = {v[0]: np.arange(k0, min(k0 + 256, n_in), dtype=np.int64)[:, None],
+                   v[1]: np.zeros((1, 1), np.int64), v[2]: np.arange(n_out, dtype=np.int64)[None, :]}
+            cols.append(np.broadcast_to(eval_index(store.value, env, {src: eye}), (env[v[0]].shape[0], n_out)))
+        zero_env = {v[0]: np.zeros((1, 1), np.int64), v[1]: np.zeros((1, 1), np.int64),
+                    v[2]: np.arange(n_out, dtype=np.int64)[None, :]}
+        offset = eval_index(store.value, zero_env, {src: np.zeros((1, 1, n_in), np.float32)})
+    except NotEvaluable as e:
+        ctx.fail(f"resize1d PrimFunc cannot be evaluated ({e})")
+    if np.any(np.asarray(offset) != 0):
+        ctx.fail("resize1d PrimFunc adds a constant (extrapolation): no ONNX Resize equivalent found")
+    m = np.concatenate(cols, axis=0).T.astype(np.float64)
+    # cubic is not tried: ONNX Runtime implements it for 2-D/4-D inputs only, so a rank-3 cubic
+    # Resize could not be verified anywhere
+    attrs = resize_map.match(m, cubic_coeffs=())
+    if attrs is None:
+        ctx.fail("resize1d PrimFunc matches no ONNX Resize mode (nearest / linear)")
+    empty = (np.zeros((0,), np.float32), onnx_dtype("float32"))
+    y = ctx.op("Resize", inputs[0], "", "", ctx.i64(out_dims), fill={1: empty, 2: empty}, **attrs)
+    return ctx.cast(y, onnx_dtype(call.ty.dtype))
+
+
 def _uses(expr, var) -> bool:
     found = []
 
@@ -329,6 +386,7 @@ _TIR_HANDLERS = {
     "mirror_pad": _gather_pad("reflect"),
     "replicate_pad": _gather_pad("edge"),
     "circular_pad": _gather_pad("wrap"),
+    "resize1d": _resize1d,
     "tile": _tile,
     "dyn_tile": _tile,
     "flip": _flip,

@@ -1,4 +1,4 @@
-"""Exact evaluation of TIR index expressions over numpy arrays of loop positions.
+"""Evaluation of TIR expressions over numpy arrays of loop positions.
 
 The ``call_tir`` PrimFuncs that TVM's ONNX frontend emits for Pad (``mirror_pad``,
 ``replicate_pad``, ``circular_pad``) are gathers ``out[v0, v1, ...] = x[f0(v0), f1(v1), ...]``
@@ -38,40 +38,80 @@ class NotEvaluable(ValueError):
     """The expression uses something other than integer arithmetic on the given variables."""
 
 
-def eval_index(expr, env: Dict[object, np.ndarray]) -> np.ndarray:
-    """Value of integer TIR expression ``expr`` with variables bound to numpy arrays.
+_FLOAT_CALLS = {"floor": np.floor, "ceil": np.ceil, "fabs": np.abs, "trunc": np.trunc,
+                "round": np.rint, "nearbyint": np.rint}
 
-    ``env`` maps ``tirx.Var`` -> int64 array; unknown variables raise :class:`NotEvaluable`.
-    Division and modulo are floor semantics for ``FloorDiv``/``FloorMod`` and truncating
-    for ``Div``/``Mod`` (TIR's definitions).
+
+def _dtype_of(expr) -> str:
+    dt = getattr(expr, "dtype", None)
+    if dt is None:
+        dt = getattr(expr, "ty", "")
+    return str(dt)
+
+
+def _cast(v, dtype: str):
+    if dtype.startswith(("int", "uint")):
+        return np.trunc(v).astype(np.int64) if np.asarray(v).dtype.kind == "f" else np.asarray(v, np.int64)
+    if dtype == "bool":
+        return np.asarray(v).astype(bool)
+    if dtype.startswith("float"):
+        return np.asarray(v).astype(np.dtype(dtype) if dtype in ("float16", "float32", "float64") else np.float32)
+    raise NotEvaluable(f"cast to {dtype}")
+
+
+def eval_index(expr, env: Dict[object, np.ndarray], buffers: Optional[Dict[str, np.ndarray]] = None) -> np.ndarray:
+    """Value of TIR expression ``expr`` with variables bound to numpy arrays.
+
+    ``env`` maps ``tirx.Var`` -> int64 array; ``buffers`` maps a buffer name to the array its
+    loads read (indices wrap nothing: out-of-range loads raise :class:`NotEvaluable`).
+    Unknown variables, buffers or operations raise :class:`NotEvaluable`.  Integer division
+    and modulo follow TIR: floor semantics for ``FloorDiv``/``FloorMod``, truncation for
+    ``Div``/``Mod``; float arithmetic runs in the expression's float type.
     """
+    ev = lambda e: eval_index(e, env, buffers)  # noqa: E731
     if isinstance(expr, tirx.IntImm):
         return np.int64(expr.value)
+    if isinstance(expr, tirx.FloatImm):
+        return _cast(np.float64(expr.value), _dtype_of(expr))
     if tvm.ir.is_prim_var(expr):
         if expr not in env:
             raise NotEvaluable(f"free variable '{expr}'")
         return env[expr]
     for cls, fn in _BIN.items():
         if type(expr) is cls:
-            return fn(eval_index(expr.a, env), eval_index(expr.b, env))
+            return fn(ev(expr.a), ev(expr.b))
     if isinstance(expr, tirx.Div):
-        a, b = eval_index(expr.a, env), eval_index(expr.b, env)
+        a, b = ev(expr.a), ev(expr.b)
+        if _dtype_of(expr).startswith("float"):
+            return _cast(np.true_divide(a, b), _dtype_of(expr))
         return np.trunc(np.true_divide(a, b)).astype(np.int64)
     if isinstance(expr, tirx.Mod):
-        a, b = eval_index(expr.a, env), eval_index(expr.b, env)
-        return np.fmod(a, b)
+        return np.fmod(ev(expr.a), ev(expr.b))
     if isinstance(expr, tirx.Not):
-        return np.logical_not(eval_index(expr.a, env))
+        return np.logical_not(ev(expr.a))
     if isinstance(expr, tirx.Cast):
-        return eval_index(expr.value, env)
+        return _cast(ev(expr.value), _dtype_of(expr))
     if isinstance(expr, tirx.Select):
-        return np.where(eval_index(expr.condition, env), eval_index(expr.true_value, env),
-                        eval_index(expr.false_value, env))
-    if type(expr).__name__ == "Call" and getattr(expr.op, "name", "") in ("prim.if_then_else", "tirx.if_then_else",
-                                                                          "tir.if_then_else"):
-        c, t, f = (eval_index(a, env) for a in expr.args)
+        return np.where(ev(expr.condition), ev(expr.true_value), ev(expr.false_value))
+    name = getattr(getattr(expr, "op", None), "name", "") if type(expr).__name__ == "Call" else ""
+    if name in ("prim.if_then_else", "tirx.if_then_else", "tir.if_then_else"):
+        c, t, f = (ev(a) for a in expr.args)
         return np.where(c, t, f)
-    raise NotEvaluable(f"{type(expr).__name__} in index expression")
+    if name.split(".")[-1] in _FLOAT_CALLS and len(expr.args) == 1:
+        return _FLOAT_CALLS[name.split(".")[-1]](ev(expr.args[0]))
+    if type(expr).__name__ in ("TensorLoad", "BufferLoad") and buffers is not None:
+        src = getattr(expr, "source", None)
+        if src is None:
+            src = getattr(expr, "buffer", None)
+        arr = buffers.get(getattr(src, "name", None))
+        if arr is None:
+            raise NotEvaluable(f"load of unknown buffer '{getattr(src, 'name', src)}'")
+        idx = np.broadcast_arrays(*[np.asarray(ev(i), np.int64) for i in expr.indices])
+        for ax, ix in enumerate(idx):
+            if ix.size and (ix.min() < 0 or ix.max() >= arr.shape[ax]):
+                raise NotEvaluable("load out of bounds")
+        return arr[tuple(idx)]
+    raise NotEvaluable(f"{type(expr).__name__} {name} in expression")
 
 
 def axis_map(expr, var, extent: int) -> Optional[np.ndarray]:
