@@ -216,3 +216,28 @@ def test_errors_are_one_line_export_errors():
 def test_roundtrip_helper_still_reports_names():
     # sanity of the helper shared with test_export on a model with two outputs
     roundtrip(_conv_model(), [x_feed([1, 3, 8, 8])])
+
+
+def test_error_names_the_onnx_node_when_the_caller_knows_it():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.cumprod(x, axis=1), "lv12")
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    with pytest.raises(ExportError) as ei:
+        export_relax(bb.get(), origins={"lv12": "CumProd_3"})
+    assert str(ei.value) == ("cannot export relax.cumprod in binding 'lv12' (from ONNX node 'CumProd_3'): "
+                             "no ONNX mapping")
+    # opset refusals carry it too
+    a = relax.Var("a", relax.TensorType((3,), "int8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.add(a, a), "lv5")
+            gv = bb.emit_output(s)
+        bb.emit_func_output(gv)
+    with pytest.raises(ExportError, match=r"^cannot export relax\.add in binding 'lv5' \(from ONNX node 'Add_9'\) "
+                                          r"at opset 13: "):
+        export_relax(bb.get(), opset=13, origins={"lv5": "Add_9"})

@@ -143,7 +143,7 @@ def all_nodes(nodes: List[NodeSpec]) -> List[NodeSpec]:
     return out
 
 
-def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
+def choose_opset(nodes: List[NodeSpec], requested: Optional[int], origins: Optional[dict] = None) -> int:
     nodes = all_nodes(nodes)
     if requested is not None:
         requested = int(requested)
@@ -153,7 +153,7 @@ def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
                 f"{MIN_SUPPORTED_OPSET}..{MAX_OPSET}")
         for n in nodes:
             if not node_valid(n, requested):
-                raise ExportError(_explain(n, requested))
+                raise ExportError(_explain(n, requested, origins))
         return requested
     # distinct signatures only
     seen = {}
@@ -174,13 +174,15 @@ def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
         # jump to the first version where the offending node is valid
         nv = min_valid_opset(bad, v + 1)
         if nv is None:
-            raise ExportError(_explain(bad, v))
+            raise ExportError(_explain(bad, v, origins))
         v = nv
     raise ExportError("cannot find an ONNX opset in which all exported nodes are valid")
 
 
-def _explain(n: NodeSpec, v: int) -> str:
+def _explain(n: NodeSpec, v: int, origins: Optional[dict] = None) -> str:
     where = f"{n.relax_op or 'expression'} in binding '{n.binding or '?'}'"
+    if origins and origins.get(n.binding):
+        where += f" (from ONNX node '{origins[n.binding]}')"
     types = ", ".join(ELEM_TO_TYPESTR.get(t, "?") for t in n.in_types if t is not None)
     mv = min_valid_opset(n, 1)
     lo_note = ""
