@@ -129,22 +129,26 @@ def axis_map(expr, var, extent: int) -> Optional[np.ndarray]:
 def onnx_pad_map(mode: str, n: int, before: int, out: int) -> Optional[np.ndarray]:
     """Source index of each output position of ONNX Pad ``mode`` on an axis of size ``n``.
 
-    Only the pad widths ONNX Runtime accepts are modelled: reflect needs ``before`` and
-    ``after`` below ``n`` (and ``n > 1``), edge needs ``n > 0``.
+    Negative widths crop first (as ONNX Runtime does), then the positive widths pad the
+    cropped axis.  Only the widths ONNX Runtime accepts are modelled: reflect needs each
+    positive width below the (cropped) size and a size above 1, edge a non-empty axis.
     """
     after = out - n - before
-    if before < 0 or after < 0 or n <= 0:
+    start = max(-before, 0)
+    n -= start + max(-after, 0)
+    before, after = max(before, 0), max(after, 0)
+    if n <= 0:
         return None
     p = np.arange(out, dtype=np.int64) - before
     if mode == "edge":
-        return np.clip(p, 0, n - 1)
+        return start + np.clip(p, 0, n - 1)
     if mode == "reflect":
         if (before or after) and (n < 2 or before >= n or after >= n):
             return None
         p = np.abs(p)
-        return np.where(p > n - 1, 2 * (n - 1) - p, p)
+        return start + np.where(p > n - 1, 2 * (n - 1) - p, p)
     if mode == "wrap":
-        return np.mod(p, n)
+        return start + np.mod(p, n)
     return None
 
 
@@ -153,7 +157,8 @@ def match_pad_axis(mode: str, f: np.ndarray, n: int) -> Optional[int]:
     out = len(f)
     if out == n and np.array_equal(f, np.arange(n)):
         return 0
-    for before in range(0, out - n + 1):
+    # plain padding first; negative widths (crops) only if no padding reproduces the map
+    for before in list(range(0, max(out - n, -1) + 1)) + [b for b in range(-n + 1, out) if b < 0 or b > out - n]:
         ref = onnx_pad_map(mode, n, before, out)
         if ref is not None and np.array_equal(ref, f):
             return before
