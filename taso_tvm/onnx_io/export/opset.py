@@ -81,8 +81,15 @@ def _flex_input_index(schema, name: str) -> Optional[int]:
     return None
 
 
+# variadic ops that broadcast only from opset 8 on (the exporter does not track shapes, so
+# any multi-input use is taken to need it)
+_BROADCAST_SINCE_8 = {"Max", "Min", "Sum", "Mean"}
+
+
 def node_valid(n: NodeSpec, v: int) -> bool:
     if n.lo is not None and v < n.lo:
+        return False
+    if v < 8 and n.op_type in _BROADCAST_SINCE_8 and not n.domain and len(n.inputs) > 1:
         return False
     if n.hi is not None and v > n.hi:
         return False
