@@ -169,3 +169,16 @@ def test_node_suite_at_every_opset_7_to_21():
         assert not r.bad, f"opset {v}: {r.bad[:5]}"
         assert all("\n" not in why and why.startswith("cannot export") for _, why in r.refused)
     assert len(res[21].ok) > 800 and len(res[13].ok) > 650 and len(res[11].ok) > 600
+
+
+def test_broadcasting_max_needs_opset8():
+    # Clip-6 becomes Max(x, 0) / Min(., 6): the scalar bound broadcasts, which Max-6 cannot do
+    m = make_model([helper.make_node("Clip", ["x"], ["y"], min=0.0, max=6.0)], [vi("x", [2, 5])], [vi("y", [2, 5])],
+                   opset=6)
+    mod = import_relax(m)
+    with pytest.raises(ExportError, match=r"at opset 7: ONNX Max\(tensor\(float\), tensor\(float\)\) needs opset >= 8"):
+        export_relax(mod, opset=7)
+    e = export_relax(mod, opset=8)
+    onnx.checker.check_model(e, full_check=True)
+    x = x_feed([2, 5]) * 8
+    np.testing.assert_allclose(ort_run(e, [x])[0], np.clip(x, 0, 6))
