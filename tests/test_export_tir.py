@@ -6,7 +6,6 @@ next to the original on random inputs (``roundtrip`` of test_export).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -72,7 +71,8 @@ def test_pad_reflect_edge_round_trip(shape, pads, mode):
         assert op_types(e) == ["Pad"]
         attrs = {a.name: helper.get_attribute_value(a) for a in e.graph.node[0].attribute}
         assert attrs["mode"] == mode.encode()
-        pads_out = [numpy_helper.to_array(t).tolist() for t in e.graph.initializer if t.name == e.graph.node[0].input[1]]
+        pads_name = e.graph.node[0].input[1]
+        pads_out = [numpy_helper.to_array(t).tolist() for t in e.graph.initializer if t.name == pads_name]
         assert pads_out == [pads]
 
 
