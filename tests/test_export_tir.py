@@ -6,12 +6,13 @@ next to the original on random inputs (``roundtrip`` of test_export).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime")
 
-from test_export import import_relax, make_model, op_types, roundtrip, vi, x_feed  # noqa: E402
+from test_export import import_relax, make_model, op_types, ort_run, roundtrip, vi, x_feed  # noqa: E402
 
 from taso_tvm.onnx_io.export import ExportError, export_relax  # noqa: E402
 from taso_tvm.onnx_io.export.tir_index import match_pad_axis, onnx_pad_map  # noqa: E402
@@ -194,3 +195,36 @@ def test_resize_map_matches_only_resize_matrices():
                                         c.get("nearest_mode", "round_prefer_floor"), c.get("cubic_coeff_a", -0.75),
                                         c.get("exclude_outside", 0))
         np.testing.assert_allclose(mm.sum(axis=1), 1.0, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- symbolic (dynamic) axes
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_with_dynamic_batch_and_width(mode):
+    # only the static axis (H) is padded; the symbolic ones must be proven to be plain copies
+    m = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)], [vi("x", ["N", 3, 8, "W"])],
+                   [vi("y", ["N", 3, 11, "W"])],
+                   [numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 2, 0], np.int64), "pads")], opset=19)
+    mod = import_relax(m)
+    e = export_relax(mod)
+    onnx.checker.check_model(e, full_check=True)
+    assert [d.dim_param for d in e.graph.input[0].type.tensor_type.shape.dim] == ["N", "", "", "W"]
+    for n, w in ((1, 5), (3, 9)):
+        x = x_feed([n, 3, 8, w], seed=n)
+        np.testing.assert_allclose(ort_run(e, [x])[0], ort_run(m, [x])[0])
+
+
+def test_symbolic_copy_proofs():
+    from tvm import tirx
+
+    from taso_tvm.onnx_io.export.tir_index import proves_identity
+
+    n, v = tirx.Var("n", "int64"), tirx.Var("v", "int64")
+
+    def i(k):
+        return tirx.IntImm("int64", k)
+
+    assert proves_identity(tirx.max(i(0), tirx.min(n - i(1), v)), v, n)  # edge clamp on an unpadded axis
+    assert proves_identity(tirx.floormod(v + i(0), n), v, n)              # wrap on an unpadded axis
+    assert not proves_identity(v + i(1), v, n)
+    assert not proves_identity(tirx.floormod(v + i(1), n), v, n)
+    assert not proves_identity(tirx.min(n - i(2), v), v, n)

@@ -22,7 +22,7 @@ from tvm import relax
 
 from .context import onnx_dtype, prim_dtype, prim_to_py, static_dims, type_dims
 from .exporter import register
-from .tir_index import axis_map, match_pad_axis
+from .tir_index import axis_map, match_pad_axis, proves_identity
 
 # ----------------------------------------------------------------------------- TIR walking
 
@@ -199,10 +199,7 @@ def _pad(ctx, call, func, inputs):
     if len(inputs) != 1:
         ctx.fail("pad with more than one input")
     x = inputs[0]
-    in_dims = static_dims(call.args[1].fields[0]) if isinstance(call.args[1], relax.Tuple) else None
-    out_dims = static_dims(call.ty)
-    if in_dims is None or out_dims is None:
-        ctx.fail("pad PrimFunc with symbolic shapes")
+    in_dims, out_dims = _pad_dims(ctx, call, "pad")
     blk, store = _compute_block(ctx, func)
     value = 0.0
     load = None
@@ -226,11 +223,43 @@ def _pad(ctx, call, func, inputs):
         if off is None:
             ctx.fail(f"pad index '{e}' is not a constant shift")
         before.append(off)
-    after = [o - i - b for o, i, b in zip(out_dims, in_dims, before)]
+    after = []
+    for ax, (o, i, b) in enumerate(zip(out_dims, in_dims, before)):
+        if isinstance(o, int) and isinstance(i, int):
+            after.append(o - i - b)
+        elif b == 0 and _same_dim(o, i):
+            after.append(0)
+        else:
+            ctx.fail(f"pad of symbolic axis {ax}")
     if all(b == 0 for b in before) and all(a == 0 for a in after):
         return x
     cv = ctx.typed_scalar(value, ctx.types[x])
     return ctx.op("Pad", x, ctx.i64(before + after), cv, mode="constant")
+
+
+def _pad_dims(ctx, call, what):
+    """Input and output dims of a pad call_tir (ints, or PrimExprs for symbolic axes)."""
+    arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+    in_dims, out_dims = type_dims(arg), type_dims(call.ty)
+    if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
+        ctx.fail(f"{what} PrimFunc with unknown shapes")
+    return in_dims, out_dims
+
+
+def _extent(blk, var):
+    """The extent of block iteration variable ``var`` (in the PrimFunc's own symbolic vars)."""
+    for iv in blk.iter_vars:
+        if iv.var.same_as(var):
+            return iv.dom.extent
+    return None
+
+
+def _same_dim(a, b) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
 
 
 def _gather_pad(mode):
@@ -245,10 +274,7 @@ def _gather_pad(mode):
         if len(inputs) != 1:
             ctx.fail(f"{mode} pad with {len(inputs)} inputs")
         x = inputs[0]
-        arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
-        in_dims, out_dims = static_dims(arg), static_dims(call.ty)
-        if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
-            ctx.fail(f"{mode} pad PrimFunc with symbolic or unknown shapes")
+        in_dims, out_dims = _pad_dims(ctx, call, f"{mode} pad")
         blk, store = _compute_block(ctx, func)
         loads = _loads(store.value)
         if len(loads) != 1 or len(loads[0].indices) != len(in_dims) or len(store.indices) != len(out_dims):
@@ -261,6 +287,14 @@ def _gather_pad(mode):
             used = [v for v in out_vars if _uses(e, v)]
             if used and (len(used) != 1 or not used[0].same_as(out_vars[ax])):
                 ctx.fail(f"{mode} pad index of axis {ax} reads another axis")
+            if not (isinstance(n, int) and isinstance(o, int)):
+                # a symbolic axis (dynamic batch) is only ever copied as it is
+                if not (_same_dim(n, o) and (e.same_as(out_vars[ax]) or
+                                             proves_identity(e, out_vars[ax], _extent(blk, out_vars[ax])))):
+                    ctx.fail(f"{mode} pad of symbolic axis {ax}")
+                before.append(0)
+                after.append(0)
+                continue
             f = axis_map(e, out_vars[ax], o)
             if f is None or (len(f) and (f.min() < 0 or f.max() >= n)):
                 ctx.fail(f"{mode} pad index of axis {ax} is not a gather within the input")

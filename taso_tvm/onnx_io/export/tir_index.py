@@ -163,3 +163,71 @@ def match_pad_axis(mode: str, f: np.ndarray, n: int) -> Optional[int]:
         if ref is not None and np.array_equal(ref, f):
             return before
     return None
+
+
+# ----------------------------------------------------------------------------- symbolic axes
+def _to_z3(expr, names: Dict[object, object]):
+    """Integer TIR expression -> z3 term (variables looked up / created in ``names``)."""
+    import z3
+
+    if isinstance(expr, tirx.IntImm):
+        return z3.IntVal(int(expr.value))
+    if tvm.ir.is_prim_var(expr):
+        if expr not in names:
+            names[expr] = z3.Int(f"{expr}_{len(names)}")
+        return names[expr]
+    if isinstance(expr, tirx.Cast) and _dtype_of(expr).startswith(("int", "uint")) \
+            and _dtype_of(expr.value).startswith(("int", "uint")):
+        return _to_z3(expr.value, names)
+    t = type(expr)
+    if t in (tirx.Add, tirx.Sub, tirx.Mul, tirx.Min, tirx.Max, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ,
+             tirx.NE, tirx.And, tirx.Or, tirx.FloorDiv, tirx.FloorMod):
+        a, b = _to_z3(expr.a, names), _to_z3(expr.b, names)
+        return {
+            tirx.Add: lambda: a + b, tirx.Sub: lambda: a - b, tirx.Mul: lambda: a * b,
+            tirx.Min: lambda: z3.If(a < b, a, b), tirx.Max: lambda: z3.If(a > b, a, b),
+            tirx.LT: lambda: a < b, tirx.LE: lambda: a <= b, tirx.GT: lambda: a > b, tirx.GE: lambda: a >= b,
+            tirx.EQ: lambda: a == b, tirx.NE: lambda: a != b, tirx.And: lambda: z3.And(a, b),
+            tirx.Or: lambda: z3.Or(a, b),
+            # z3's Int division is Euclidean: it is floor division for b > 0, and
+            # floor(a / b) = floor(-a / -b) turns b < 0 into that case
+            tirx.FloorDiv: lambda: _floordiv(a, b),
+            tirx.FloorMod: lambda: a - b * _floordiv(a, b),
+        }[t]()
+    if isinstance(expr, tirx.Not):
+        return z3.Not(_to_z3(expr.a, names))
+    if isinstance(expr, tirx.Select):
+        return z3.If(_to_z3(expr.condition, names), _to_z3(expr.true_value, names), _to_z3(expr.false_value, names))
+    if type(expr).__name__ == "Call" and getattr(expr.op, "name", "") in ("prim.if_then_else", "tirx.if_then_else"):
+        c, a, b = (_to_z3(x, names) for x in expr.args)
+        return z3.If(c, a, b)
+    raise NotEvaluable(f"{type(expr).__name__} in symbolic index expression")
+
+
+def _floordiv(a, b):
+    import z3
+
+    return z3.If(b > 0, a / b, (0 - a) / (0 - b))
+
+
+def proves_identity(expr, var, extent) -> bool:
+    """Z3 proof that ``expr(var) == var`` for every ``0 <= var < extent`` and every value >= 1
+    of the symbolic dims in ``extent`` (the copy of a symbolic, unpadded axis)."""
+    import z3
+
+    if extent is None:
+        return False
+    names: Dict[object, object] = {}
+    try:
+        v = _to_z3(var, names)
+        e = _to_z3(expr, names)
+        n = _to_z3(extent, names)
+    except NotEvaluable:
+        return False
+    s = z3.Solver()
+    s.set("timeout", 5000)
+    for tv, zv in names.items():
+        if tv is not var and not tv.same_as(var):
+            s.add(zv >= 1)
+    s.add(v >= 0, v < n, e != v)
+    return s.check() == z3.unsat
