@@ -228,3 +228,24 @@ def test_symbolic_copy_proofs():
     assert not proves_identity(v + i(1), v, n)
     assert not proves_identity(tirx.floormod(v + i(1), n), v, n)
     assert not proves_identity(tirx.min(n - i(2), v), v, n)
+
+
+def test_clip6_with_dynamic_batch():
+    m = make_model([helper.make_node("Clip", ["x"], ["y"], min=0.0, max=6.0)], [vi("x", ["N", 5])], [vi("y", ["N", 5])],
+                   opset=9)
+    e = export_relax(import_relax(m))
+    onnx.checker.check_model(e, full_check=True)
+    for n in (1, 4):
+        x = x_feed([n, 5], seed=n) * 8
+        np.testing.assert_allclose(ort_run(e, [x])[0], np.clip(x, 0, 6))
+
+
+def test_resize1d_with_dynamic_batch():
+    sizes = numpy_helper.from_array(np.array([1, 1, 2], np.float32), "scales")
+    m = make_model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")], [vi("x", ["N", 3, 6])],
+                   [vi("y", ["N", 3, 12])], [sizes], opset=13)
+    e = export_relax(import_relax(m))
+    onnx.checker.check_model(e, full_check=True)
+    for n in (1, 3):
+        x = x_feed([n, 3, 6], seed=n)
+        np.testing.assert_allclose(ort_run(e, [x])[0], ort_run(m, [x])[0], rtol=1e-5, atol=1e-6)

@@ -125,14 +125,16 @@ def _elementwise(ctx, call, func, inputs):
     casts and + - * / min max) translated node for node."""
     blk, store = _compute_block(ctx, func)
     out_vars = list(store.indices)
-    out_dims = static_dims(call.ty)
+    out_dims = type_dims(call.ty)
     params = {p.name: i for i, p in enumerate(func.params[:len(inputs)])}
     arg_exprs = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
 
     def tr(e):
         if type(e).__name__ == "TensorLoad":
             i = params.get(e.source.name)
-            if i is None or len(e.indices) != len(out_vars) or static_dims(arg_exprs[i]) != out_dims \
+            in_dims = type_dims(arg_exprs[i]) if i is not None else None
+            if in_dims is None or len(e.indices) != len(out_vars) or len(in_dims) != len(out_dims) \
+                    or not all(_same_dim(a, b) for a, b in zip(in_dims, out_dims)) \
                     or not all(a.same_as(b) for a, b in zip(e.indices, out_vars)):
                 ctx.fail("PrimFunc is not element-wise over its inputs")
             return inputs[i]
@@ -146,7 +148,7 @@ def _elementwise(ctx, call, func, inputs):
         return ctx.op(op, tr(e.a), tr(e.b))
 
     if out_dims is None or not all(tvm.ir.is_prim_var(v) for v in out_vars):
-        ctx.fail("element-wise PrimFunc with symbolic shapes")
+        ctx.fail("element-wise PrimFunc with unknown shapes")
     return ctx.cast(tr(store.value), onnx_dtype(call.ty.dtype))
 
 
@@ -324,9 +326,12 @@ def _resize1d(ctx, call, func, inputs):
     if len(inputs) != 1:
         ctx.fail(f"resize1d with {len(inputs)} inputs (runtime roi)")
     arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
-    in_dims, out_dims = static_dims(arg), static_dims(call.ty)
-    if in_dims is None or out_dims is None or len(in_dims) != 3 or in_dims[:2] != out_dims[:2]:
-        ctx.fail("resize1d with symbolic shapes or a resized batch/channel axis")
+    in_dims, out_dims = type_dims(arg), type_dims(call.ty)
+    if in_dims is None or out_dims is None or len(in_dims) != 3 or len(out_dims) != 3 \
+            or not all(_same_dim(a, b) for a, b in zip(in_dims[:2], out_dims[:2])):
+        ctx.fail("resize1d with unknown shapes or a resized batch/channel axis")
+    if not (isinstance(in_dims[2], int) and isinstance(out_dims[2], int)):
+        ctx.fail("resize1d of a symbolic width")
     blk, store = _compute_block(ctx, func)
     v = list(store.indices)
     if len(v) != 3 or not all(tvm.ir.is_prim_var(a) for a in v):
@@ -359,7 +364,7 @@ def _resize1d(ctx, call, func, inputs):
     if attrs is None:
         ctx.fail("resize1d PrimFunc matches no ONNX Resize mode (nearest / linear)")
     empty = (np.zeros((0,), np.float32), onnx_dtype("float32"))
-    y = ctx.op("Resize", inputs[0], "", "", ctx.i64(out_dims), fill={1: empty, 2: empty}, **attrs)
+    y = ctx.op("Resize", inputs[0], "", "", ctx.shape_tensor(out_dims), fill={1: empty, 2: empty}, **attrs)
     return ctx.cast(y, onnx_dtype(call.ty.dtype))
 
 
