@@ -216,3 +216,54 @@ def test_errors_are_one_line_export_errors():
 def test_roundtrip_helper_still_reports_names():
     # sanity of the helper shared with test_export on a model with two outputs
     roundtrip(_conv_model(), [x_feed([1, 3, 8, 8])])
+
+
+def test_error_names_the_onnx_node_when_the_caller_knows_it():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.cumprod(x, axis=1), "lv12")
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    with pytest.raises(ExportError) as ei:
+        export_relax(bb.get(), origins={"lv12": "CumProd_3"})
+    assert str(ei.value) == ("cannot export relax.cumprod in binding 'lv12' (from ONNX node 'CumProd_3'): "
+                             "no ONNX mapping")
+    # opset refusals carry it too
+    a = relax.Var("a", relax.TensorType((3,), "int8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.add(a, a), "lv5")
+            gv = bb.emit_output(s)
+        bb.emit_func_output(gv)
+    with pytest.raises(ExportError, match=r"^cannot export relax\.add in binding 'lv5' \(from ONNX node 'Add_9'\) "
+                                          r"at opset 13: "):
+        export_relax(bb.get(), opset=13, origins={"lv5": "Add_9"})
+
+
+def test_two_prefixed_regions_splice_into_one_valid_graph():
+    # the whole model, and the same model cut in two regions at tensor 'mid'
+    def conv_relu(inp, out, w, b):
+        return [helper.make_node("Conv", [inp, w, b], [out + "_c"], pads=[1, 1, 1, 1]),
+                helper.make_node("Relu", [out + "_c"], [out])]
+
+    inits = [W("w1", [4, 3, 3, 3]), W("b1", [4], seed=1), W("w2", [4, 4, 3, 3], seed=2), W("b2", [4], seed=3)]
+    whole = make_model(conv_relu("x", "mid", "w1", "b1") + conv_relu("mid", "y", "w2", "b2"),
+                       [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 8, 8])], inits, opset=13)
+    r1 = make_model(conv_relu("x", "mid", "w1", "b1"), [vi("x", [1, 3, 8, 8])], [vi("mid", [1, 4, 8, 8])],
+                    inits[:2], opset=13)
+    r2 = make_model(conv_relu("mid", "y", "w2", "b2"), [vi("mid", [1, 4, 8, 8])], [vi("y", [1, 4, 8, 8])],
+                    inits[2:], opset=13)
+    plain = [export_relax(import_relax(r), opset=13, input_names=[r.graph.input[0].name],
+                          output_names=[r.graph.output[0].name]) for r in (r1, r2)]
+    names = [{t.name for t in e.graph.initializer} | {o for n in e.graph.node for o in n.output} for e in plain]
+    assert (names[0] & names[1]) - {"mid"}, "without a prefix the regions' internal names collide"
+    e1, e2 = [export_relax(import_relax(r), opset=13, input_names=[r.graph.input[0].name],
+                           output_names=[r.graph.output[0].name], name_prefix=p)
+              for r, p in ((r1, "taso_r1_"), (r2, "taso_r2_"))]
+    merged = onnx.compose.merge_models(e1, e2, io_map=[("mid", "mid")])
+    onnx.checker.check_model(merged, full_check=True)
+    x = x_feed([1, 3, 8, 8])
+    np.testing.assert_allclose(ort_run(merged, [x])[0], ort_run(whole, [x])[0], rtol=1e-4, atol=1e-5)

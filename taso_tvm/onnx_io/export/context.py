@@ -386,6 +386,7 @@ class EmitContext:
         self.out_ty = None
         self.out_var = None
         self.target_opset = None  # the opset requested by the caller, if any
+        self.origins: Dict[str, str] = {}  # binding name -> ONNX node name, for messages
         # hooks installed by the exporter
         self.tir_resolver = None  # tir.Var -> ONNX name of a [1]-shaped int64 tensor
         self.exporter = None
@@ -411,10 +412,14 @@ class EmitContext:
         self._names.add(name)
         return True
 
+    def where(self, relax_op: str, binding: str) -> str:
+        """``relax.foo in binding 'lv3'`` (+ ``(from ONNX node 'Conv_3')`` when the caller said)."""
+        b = binding or "?"
+        src = self.origins.get(b) if self.origins else None
+        return f"{relax_op or 'expression'} in binding '{b}'" + (f" (from ONNX node '{src}')" if src else "")
+
     def error(self, reason: str) -> ExportError:
-        op = self.relax_op or "expression"
-        b = self.binding or "?"
-        return ExportError(f"cannot export {op} in binding '{b}': {reason}")
+        return ExportError(f"cannot export {self.where(self.relax_op, self.binding)}: {reason}")
 
     def fail(self, reason: str):
         raise self.error(reason)

@@ -9,6 +9,7 @@ from onnx import TensorProto
 
 from .context import (
     FLOAT_TYPES,
+    SinceAttr,
     dtype_of,
     onnx_dtype,
     rank_of,
@@ -258,9 +259,11 @@ def convert_pool(ctx, call, attrs, args):
                         for j, (i, k, d, s) in enumerate(zip(in_sp, kw["kernel_shape"], dil, kw["strides"]))]
             if floor_sp == out_sp:
                 kw["ceil_mode"] = 0
+    if not kw["ceil_mode"]:  # the default; the attribute exists from MaxPool/AveragePool-10 on
+        kw["ceil_mode"] = SinceAttr(0, 10)
     if kind == "max":
-        # count_include_pad has no effect on max pooling
-        kw["dilations"] = dil
+        # count_include_pad has no effect on max pooling; dilations exist from MaxPool-10 on
+        kw["dilations"] = dil if any(d != 1 for d in dil) else SinceAttr(dil, 10)
         y = ctx.op("MaxPool", x, **kw)
     else:
         kw["count_include_pad"] = int(cip)

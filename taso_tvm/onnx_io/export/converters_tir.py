@@ -1,10 +1,15 @@
-"""``R.call_tir`` of the PrimFuncs that the ONNX frontend creates with ``emit_te``.
+"""``R.call_tir`` of the PrimFuncs that TVM's ONNX frontend creates with ``emit_te``.
 
-The frontend emits TOPI compute for a few operators (Clip -> maximum/minimum, Einsum,
-Tile, Pad with auto_pad, ...).  Those PrimFuncs are recognized by name (``maximum``,
-``maximum1``, ...) and, where their parameters are not visible in the call (Einsum's
-equation, Pad's widths and value), by reading the single compute block of the PrimFunc.
-Anything else raises a clear :class:`ExportError`.
+The frontend emits TOPI compute for: Clip (``maximum``/``minimum``; Clip-6..10 bakes its
+bounds into single-input ones), Einsum (``einsum``), Tile (``tile``/``dyn_tile``), ReverseSequence
+/ negative-step Slice / CumSum reverse (``flip``), Pad constant / reflect / edge / wrap
+(``pad``, ``mirror_pad``, ``replicate_pad``, ``circular_pad``; also Conv auto_pad) and rank-3
+Resize (``resize1d``; with a runtime roi ``resize{1,2,3}d_dyn``, not mapped).  PrimFuncs are
+recognized by name (``maximum``, ``maximum1``, ...); parameters not visible in the call
+(Einsum's equation, Pad's widths and mode, Resize's mode and coordinate transformation) are
+read from the PrimFunc's single compute block, by evaluating its index expressions where a
+formula could be written several ways (see :mod:`.tir_index`, :mod:`.resize_map`).
+Anything else raises a one-line :class:`ExportError` naming the PrimFunc and the binding.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from tvm import relax
 
 from .context import onnx_dtype, prim_dtype, prim_to_py, static_dims, type_dims
 from .exporter import register
-from .tir_index import axis_map, match_pad_axis
+from .tir_index import axis_map, match_pad_axis, proves_identity
 
 # ----------------------------------------------------------------------------- TIR walking
 
@@ -120,14 +125,16 @@ def _elementwise(ctx, call, func, inputs):
     casts and + - * / min max) translated node for node."""
     blk, store = _compute_block(ctx, func)
     out_vars = list(store.indices)
-    out_dims = static_dims(call.ty)
+    out_dims = type_dims(call.ty)
     params = {p.name: i for i, p in enumerate(func.params[:len(inputs)])}
     arg_exprs = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
 
     def tr(e):
         if type(e).__name__ == "TensorLoad":
             i = params.get(e.source.name)
-            if i is None or len(e.indices) != len(out_vars) or static_dims(arg_exprs[i]) != out_dims \
+            in_dims = type_dims(arg_exprs[i]) if i is not None else None
+            if in_dims is None or len(e.indices) != len(out_vars) or len(in_dims) != len(out_dims) \
+                    or not all(_same_dim(a, b) for a, b in zip(in_dims, out_dims)) \
                     or not all(a.same_as(b) for a, b in zip(e.indices, out_vars)):
                 ctx.fail("PrimFunc is not element-wise over its inputs")
             return inputs[i]
@@ -141,7 +148,7 @@ def _elementwise(ctx, call, func, inputs):
         return ctx.op(op, tr(e.a), tr(e.b))
 
     if out_dims is None or not all(tvm.ir.is_prim_var(v) for v in out_vars):
-        ctx.fail("element-wise PrimFunc with symbolic shapes")
+        ctx.fail("element-wise PrimFunc with unknown shapes")
     return ctx.cast(tr(store.value), onnx_dtype(call.ty.dtype))
 
 
@@ -194,10 +201,7 @@ def _pad(ctx, call, func, inputs):
     if len(inputs) != 1:
         ctx.fail("pad with more than one input")
     x = inputs[0]
-    in_dims = static_dims(call.args[1].fields[0]) if isinstance(call.args[1], relax.Tuple) else None
-    out_dims = static_dims(call.ty)
-    if in_dims is None or out_dims is None:
-        ctx.fail("pad PrimFunc with symbolic shapes")
+    in_dims, out_dims = _pad_dims(ctx, call, "pad")
     blk, store = _compute_block(ctx, func)
     value = 0.0
     load = None
@@ -221,11 +225,43 @@ def _pad(ctx, call, func, inputs):
         if off is None:
             ctx.fail(f"pad index '{e}' is not a constant shift")
         before.append(off)
-    after = [o - i - b for o, i, b in zip(out_dims, in_dims, before)]
+    after = []
+    for ax, (o, i, b) in enumerate(zip(out_dims, in_dims, before)):
+        if isinstance(o, int) and isinstance(i, int):
+            after.append(o - i - b)
+        elif b == 0 and _same_dim(o, i):
+            after.append(0)
+        else:
+            ctx.fail(f"pad of symbolic axis {ax}")
     if all(b == 0 for b in before) and all(a == 0 for a in after):
         return x
     cv = ctx.typed_scalar(value, ctx.types[x])
     return ctx.op("Pad", x, ctx.i64(before + after), cv, mode="constant")
+
+
+def _pad_dims(ctx, call, what):
+    """Input and output dims of a pad call_tir (ints, or PrimExprs for symbolic axes)."""
+    arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+    in_dims, out_dims = type_dims(arg), type_dims(call.ty)
+    if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
+        ctx.fail(f"{what} PrimFunc with unknown shapes")
+    return in_dims, out_dims
+
+
+def _extent(blk, var):
+    """The extent of block iteration variable ``var`` (in the PrimFunc's own symbolic vars)."""
+    for iv in blk.iter_vars:
+        if iv.var.same_as(var):
+            return iv.dom.extent
+    return None
+
+
+def _same_dim(a, b) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
 
 
 def _gather_pad(mode):
@@ -240,10 +276,7 @@ def _gather_pad(mode):
         if len(inputs) != 1:
             ctx.fail(f"{mode} pad with {len(inputs)} inputs")
         x = inputs[0]
-        arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
-        in_dims, out_dims = static_dims(arg), static_dims(call.ty)
-        if in_dims is None or out_dims is None or len(in_dims) != len(out_dims):
-            ctx.fail(f"{mode} pad PrimFunc with symbolic or unknown shapes")
+        in_dims, out_dims = _pad_dims(ctx, call, f"{mode} pad")
         blk, store = _compute_block(ctx, func)
         loads = _loads(store.value)
         if len(loads) != 1 or len(loads[0].indices) != len(in_dims) or len(store.indices) != len(out_dims):
@@ -256,6 +289,14 @@ def _gather_pad(mode):
             used = [v for v in out_vars if _uses(e, v)]
             if used and (len(used) != 1 or not used[0].same_as(out_vars[ax])):
                 ctx.fail(f"{mode} pad index of axis {ax} reads another axis")
+            if not (isinstance(n, int) and isinstance(o, int)):
+                # a symbolic axis (dynamic batch) is only ever copied as it is
+                if not (_same_dim(n, o) and (e.same_as(out_vars[ax]) or
+                                             proves_identity(e, out_vars[ax], _extent(blk, out_vars[ax])))):
+                    ctx.fail(f"{mode} pad of symbolic axis {ax}")
+                before.append(0)
+                after.append(0)
+                continue
             f = axis_map(e, out_vars[ax], o)
             if f is None or (len(f) and (f.min() < 0 or f.max() >= n)):
                 ctx.fail(f"{mode} pad index of axis {ax} is not a gather within the input")
@@ -270,6 +311,61 @@ def _gather_pad(mode):
         return ctx.op("Pad", x, ctx.i64(before + after), mode=mode, lo=19 if mode == "wrap" else None)
 
     return h
+
+
+def _resize1d(ctx, call, func, inputs):
+    """``resize1d`` (rank-3 Resize) -> ONNX Resize with ``sizes``.
+
+    The PrimFunc's per-row linear map is evaluated on the identity (every input position at
+    once) and compared with the map of each ONNX mode / coordinate transformation; only an
+    exact match (and a map without constant offset, i.e. no extrapolation) is exported.
+    """
+    from . import resize_map
+    from .tir_index import NotEvaluable, eval_index
+
+    if len(inputs) != 1:
+        ctx.fail(f"resize1d with {len(inputs)} inputs (runtime roi)")
+    arg = call.args[1].fields[0] if isinstance(call.args[1], relax.Tuple) else call.args[1]
+    in_dims, out_dims = type_dims(arg), type_dims(call.ty)
+    if in_dims is None or out_dims is None or len(in_dims) != 3 or len(out_dims) != 3 \
+            or not all(_same_dim(a, b) for a, b in zip(in_dims[:2], out_dims[:2])):
+        ctx.fail("resize1d with unknown shapes or a resized batch/channel axis")
+    if not (isinstance(in_dims[2], int) and isinstance(out_dims[2], int)):
+        ctx.fail("resize1d of a symbolic width")
+    blk, store = _compute_block(ctx, func)
+    v = list(store.indices)
+    if len(v) != 3 or not all(tvm.ir.is_prim_var(a) for a in v):
+        ctx.fail("resize1d PrimFunc does not write its output element-wise")
+    loads = _loads(store.value)
+    src = func.params[0].name
+    for ld in loads:
+        if ld.source.name != src or not (ld.indices[0].same_as(v[0]) and ld.indices[1].same_as(v[1])) \
+                or _uses(ld.indices[2], v[0]) or _uses(ld.indices[2], v[1]):
+            ctx.fail("resize1d PrimFunc mixes rows or reads another buffer")
+    n_in, n_out = in_dims[2], out_dims[2]
+    eye = np.eye(n_in, dtype=np.float32).reshape(n_in, 1, n_in)
+    cols = []
+    try:
+        for k0 in range(0, n_in, 256):
+            env = {v[0]: np.arange(k0, min(k0 + 256, n_in), dtype=np.int64)[:, None],
+                   v[1]: np.zeros((1, 1), np.int64), v[2]: np.arange(n_out, dtype=np.int64)[None, :]}
+            cols.append(np.broadcast_to(eval_index(store.value, env, {src: eye}), (env[v[0]].shape[0], n_out)))
+        zero_env = {v[0]: np.zeros((1, 1), np.int64), v[1]: np.zeros((1, 1), np.int64),
+                    v[2]: np.arange(n_out, dtype=np.int64)[None, :]}
+        offset = eval_index(store.value, zero_env, {src: np.zeros((1, 1, n_in), np.float32)})
+    except NotEvaluable as e:
+        ctx.fail(f"resize1d PrimFunc cannot be evaluated ({e})")
+    if np.any(np.asarray(offset) != 0):
+        ctx.fail("resize1d PrimFunc adds a constant (extrapolation): no ONNX Resize equivalent found")
+    m = np.concatenate(cols, axis=0).T.astype(np.float64)
+    # cubic is not tried: ONNX Runtime implements it for 2-D/4-D inputs only, so a rank-3 cubic
+    # Resize could not be verified anywhere
+    attrs = resize_map.match(m, cubic_coeffs=())
+    if attrs is None:
+        ctx.fail("resize1d PrimFunc matches no ONNX Resize mode (nearest / linear)")
+    empty = (np.zeros((0,), np.float32), onnx_dtype("float32"))
+    y = ctx.op("Resize", inputs[0], "", "", ctx.shape_tensor(out_dims), fill={1: empty, 2: empty}, **attrs)
+    return ctx.cast(y, onnx_dtype(call.ty.dtype))
 
 
 def _uses(expr, var) -> bool:
@@ -329,6 +425,7 @@ _TIR_HANDLERS = {
     "mirror_pad": _gather_pad("reflect"),
     "replicate_pad": _gather_pad("edge"),
     "circular_pad": _gather_pad("wrap"),
+    "resize1d": _resize1d,
     "tile": _tile,
     "dyn_tile": _tile,
     "flip": _flip,

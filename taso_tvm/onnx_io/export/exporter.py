@@ -520,7 +520,7 @@ def _get_main(obj):
 
 def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional[Sequence[str]] = None,
                  output_names: Optional[Sequence[str]] = None, model_name: str = "main",
-                 name_prefix: str = "") -> onnx.ModelProto:
+                 name_prefix: str = "", origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
@@ -538,11 +538,14 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
         Prepended to every node name, intermediate tensor name and initializer name (not to
         graph input/output names), so that several exported regions can be spliced into one
         graph without name clashes.
+    origins : dict, optional
+        Relax binding name -> name of the ONNX node it came from; error messages then say
+        ``(from ONNX node '...')`` (TVM's importer keeps no such link itself).
 
     Every failure is an :class:`ExportError` with a one-line message.
     """
     try:
-        model = _export(mod_or_func, opset, input_names, output_names, model_name)
+        model = _export(mod_or_func, opset, input_names, output_names, model_name, origins)
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
@@ -554,13 +557,14 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
     return model
 
 
-def _export(mod_or_func, opset, input_names, output_names, model_name) -> onnx.ModelProto:
+def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None) -> onnx.ModelProto:
     from . import converters  # noqa: F401  (fills CONVERTERS)
 
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
     ctx.target_opset = opset
+    ctx.origins = dict(origins or {})
 
     # ----- inputs (and weights kept as params)
     params = list(func.params)
@@ -638,7 +642,7 @@ def _export(mod_or_func, opset, input_names, output_names, model_name) -> onnx.M
     inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
 
     # ----- opset
-    v = _opset.choose_opset(alive, opset)
+    v = _opset.choose_opset(alive, opset, ctx.origins)
     node_protos = _opset.render(alive, v, inits, ctx.types)
     # build the ModelProto in place: large initializers are copied exactly once
     from .context import fill_tensor_proto

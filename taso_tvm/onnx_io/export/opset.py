@@ -43,7 +43,7 @@ def _signature(n: NodeSpec) -> tuple:
     return (
         n.op_type,
         n.domain,
-        tuple(sorted(n.attrs)),
+        tuple(sorted((k, v.since if isinstance(v, SinceAttr) else 0) for k, v in n.attrs.items())),
         tuple(sorted(n.flex)),
         tuple(sorted(n.fill)),
         tuple(i for i, x in enumerate(n.inputs) if x == ""),
@@ -81,8 +81,15 @@ def _flex_input_index(schema, name: str) -> Optional[int]:
     return None
 
 
+# variadic ops that broadcast only from opset 8 on (the exporter does not track shapes, so
+# any multi-input use is taken to need it)
+_BROADCAST_SINCE_8 = {"Max", "Min", "Sum", "Mean"}
+
+
 def node_valid(n: NodeSpec, v: int) -> bool:
     if n.lo is not None and v < n.lo:
+        return False
+    if v < 8 and n.op_type in _BROADCAST_SINCE_8 and not n.domain and len(n.inputs) > 1:
         return False
     if n.hi is not None and v > n.hi:
         return False
@@ -143,7 +150,7 @@ def all_nodes(nodes: List[NodeSpec]) -> List[NodeSpec]:
     return out
 
 
-def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
+def choose_opset(nodes: List[NodeSpec], requested: Optional[int], origins: Optional[dict] = None) -> int:
     nodes = all_nodes(nodes)
     if requested is not None:
         requested = int(requested)
@@ -153,7 +160,7 @@ def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
                 f"{MIN_SUPPORTED_OPSET}..{MAX_OPSET}")
         for n in nodes:
             if not node_valid(n, requested):
-                raise ExportError(_explain(n, requested))
+                raise ExportError(_explain(n, requested, origins))
         return requested
     # distinct signatures only
     seen = {}
@@ -174,13 +181,15 @@ def choose_opset(nodes: List[NodeSpec], requested: Optional[int]) -> int:
         # jump to the first version where the offending node is valid
         nv = min_valid_opset(bad, v + 1)
         if nv is None:
-            raise ExportError(_explain(bad, v))
+            raise ExportError(_explain(bad, v, origins))
         v = nv
     raise ExportError("cannot find an ONNX opset in which all exported nodes are valid")
 
 
-def _explain(n: NodeSpec, v: int) -> str:
+def _explain(n: NodeSpec, v: int, origins: Optional[dict] = None) -> str:
     where = f"{n.relax_op or 'expression'} in binding '{n.binding or '?'}'"
+    if origins and origins.get(n.binding):
+        where += f" (from ONNX node '{origins[n.binding]}')"
     types = ", ".join(ELEM_TO_TYPESTR.get(t, "?") for t in n.in_types if t is not None)
     mv = min_valid_opset(n, 1)
     lo_note = ""
