@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ..graph import GraphError, TensorGraph
+from ..graph.tensor_graph import CycleError
 from .instances import Instance, NoInstance, Plan, numpy_check, plan_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
@@ -176,7 +177,8 @@ def _counterexample(inst: Instance, kind: str, detail: str, values: Optional[dic
           "attrs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in inst.choices.items()},
           "detail": detail}
     if values is not None:
-        ce["inputs"] = {k: _summary(np.asarray(v)) for k, v in values.items()}
+        ce["inputs"] = {k: _summary(np.asarray(v)) for k, v in values.items()}  # for reading
+        ce["values"] = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in values.items()}  # for re-checking
     return ce
 
 
@@ -217,7 +219,10 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     except GraphError as err:
         # the source builds and the constraints hold, so the rule claims to apply here: a counterexample
         return "refuted", f"the target does not build: {err}", _counterexample(inst, "build", str(err))
-    tgt = inst.graph.replace(mapping)
+    try:
+        tgt = inst.graph.replace(mapping)
+    except CycleError as err:  # the target reads what it replaces: no rewrite to compare
+        return "unknown", f"the rewrite is cyclic at {inst.describe()}: {err}", None
     if numeric_first:  # fast refutation with concrete numbers
         ok, detail, feeds = numpy_check(inst)
         if not ok:
