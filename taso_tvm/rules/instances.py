@@ -299,8 +299,19 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
 
 
 # ---------------------------------------------------------------- plans: which instances cover the rule
+_KEYS: dict = {}
+
+
 def _key(v: Any) -> str:
-    return repr(freeze(v))
+    """A value's identity for coverage (repr of the frozen value: 1 and True differ)."""
+    try:
+        k = (type(v), v)
+        out = _KEYS.get(k)
+    except TypeError:  # unhashable (a list): freeze it first
+        return repr(freeze(v))
+    if out is None:
+        out = _KEYS[k] = repr(freeze(v))
+    return out
 
 
 def _symbols_of(alt: dict) -> list:
@@ -374,13 +385,30 @@ class _Planner:
         self.offered: set = set()  # value pairs that occurred together in some attempt
         self.covered: set = set()
         self.values: dict = {}  # (name, repr) -> value, for every value offered
+        self.offers_seen: set = set()
+        self.memo: dict = {}  # script -> outcome, for the enumerations of pair searches
         self.instances: list = []
         self.oversize = 0
 
     # -------------------------------------------------------- one attempt
-    def run(self, script: dict, fill: Optional[Callable[[str, list, dict], Any]], large: bool = False) -> tuple:
+    def run(self, script: dict, fill: Optional[Callable[[str, list, dict], Any]], large: bool = False,
+            offer: bool = True) -> tuple:
         """Build with the script; unscripted choices from `fill` (None: raise _Branch). Returns (instance or None,
-        assignment, scope)."""
+        assignment, scope). `offer`: record the pairs this attempt offers."""
+        if fill is None and not offer and not large:  # a pair's completions: outcomes are memoised
+            key = tuple(sorted((k, _key(v)) for k, v in script.items()))
+            hit = self.memo.get(key)
+            if hit is None:
+                try:
+                    hit = self.memo[key] = ("done", self._run(script, None, large, offer))
+                except _Branch as b:
+                    hit = self.memo[key] = ("branch", b)
+            if hit[0] == "branch":
+                raise hit[1]
+            return hit[1]
+        return self._run(script, fill, large, offer)
+
+    def _run(self, script: dict, fill, large: bool, offer: bool) -> tuple:
         assign: dict = {}
         scope: list = []
 
@@ -409,7 +437,8 @@ class _Planner:
         except NoInstance:
             inst = None
         finally:
-            self._offer(scope, assign)
+            if offer:
+                self._offer(scope, assign)
         return inst, assign, scope
 
     def _syms(self) -> set:
@@ -418,12 +447,14 @@ class _Planner:
     def _offer(self, scope: list, assign: dict) -> None:
         """Record the pairs this attempt offered: each chosen value with every value a later choice could take
         (a later choice's domain, even its presence, may depend on the earlier value)."""
+        sig = tuple((n, tuple(_key(v) for v in dom), _key(assign[n]) if n in assign else None) for n, dom in scope)
+        if sig in self.offers_seen:
+            return
+        self.offers_seen.add(sig)
         for j, (n2, dom) in enumerate(scope):
-            keys = []
-            for v in dom:
-                k = _key(v)
+            keys = sig[j][1]
+            for v, k in zip(dom, keys):
                 self.values.setdefault((n2, k), freeze(v))
-                keys.append(k)
             for n1, _ in scope[:j]:
                 if n1 == n2 or n1 not in assign:
                     continue
@@ -458,7 +489,7 @@ class _Planner:
         while stack:
             s = stack.pop()
             try:
-                inst, assign, _ = self.run(s, None)
+                inst, assign, _ = self.run(s, None, offer=want is None)
             except _Branch as b:
                 # dimension symbols largest first when searching for a pair (windows fit at large sizes)
                 order = b.dom if want is not None and b.name in self._syms() else list(reversed(b.dom))
