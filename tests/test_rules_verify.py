@@ -17,6 +17,8 @@ from taso_tvm.rules.cli import main as rules_cli
 from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_axioms, verify_rule,
                                    verify_rules, z3_evaluate)
 
+from verified_axioms import seed_cache, verified_axioms  # noqa: E402
+
 UNSOUND = textwrap.dedent("""\
     - name: taso_conv_mul_to_conv
       doc: TASO's unsound hand-written rule - drops the multiplication
@@ -102,8 +104,7 @@ def unsound():
 
 @pytest.fixture(scope="module")
 def axioms():
-    good, results = verify_axioms(load_axioms(), jobs=1, use_cache=False)
-    return good
+    return list(verified_axioms())
 
 
 @pytest.mark.parametrize("numeric_first", [True, False], ids=["numpy-first", "z3-only"])
@@ -292,6 +293,7 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
 
 def test_unverified_rules_do_not_load_without_opt_out(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TASO_TVM_CACHE_DIR", str(tmp_path / "cache"))
+    seed_cache(tmp_path / "cache")
     p = tmp_path / "mixed.yaml"
     p.write_text(RULE + UNSOUND.split("\n\n")[1])
     with caplog.at_level(logging.WARNING, logger="taso_tvm.rules"):
@@ -315,6 +317,7 @@ def test_verify_rule_reports_methods():
 
 def test_cli_verify_and_list(tmp_path, monkeypatch):
     monkeypatch.setenv("TASO_TVM_CACHE_DIR", str(tmp_path / "cache"))
+    seed_cache(tmp_path / "cache")
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(RULE)
     bad.write_text(UNSOUND.split("\n\n")[1])
@@ -328,5 +331,6 @@ def test_cli_verify_and_list(tmp_path, monkeypatch):
     out = io.StringIO()
     assert rules_cli(["list", str(good)], out=out) == 0
     assert "fuse_matmul_relu_test" in out.getvalue() and "verified" in out.getvalue()
+    assert "bounded+axiomatic" in out.getvalue()  # the proof method
     bad.write_text("- name: x\n  source: {}\n")
     assert rules_cli(["verify", str(bad)], out=io.StringIO()) == 2

@@ -67,3 +67,11 @@ def test_true_rule_is_proven(rule, axioms):
         assert res.method("axiomatic").time < 5.0  # well within the 10 s limit
     else:
         assert res.proof.startswith("bounded-only")
+
+
+@pytest.mark.slow
+def test_axioms_never_prove_a_wrong_rule(axioms):
+    """The axiomatic method alone, with a longer limit, proves none of the wrong rules."""
+    from taso_tvm.rules.verify import axiomatic_check
+    proven = [r.name for r in WRONG if axiomatic_check(r, axioms, timeout=2.0).status == "proven"]
+    assert proven == []
