@@ -127,3 +127,15 @@ def test_renaming_library_rules_changes_no_verdict():
 @pytest.mark.slow
 def test_renaming_every_library_rule_changes_no_verdict():
     assert _verdicts(LIBRARY) == _verdicts(_rename_all(LIBRARY))
+
+
+def test_solver_process_is_killed_at_the_deadline_and_replaced():
+    import time
+
+    from taso_tvm.rules.solver_process import check_smt2
+    hard = ("(declare-const x Int) (declare-const y Int) (declare-const z Int)"
+            "(assert (and (> x 0) (> y 0) (> z 0) (= (+ (* x x x) (* y y y)) (* z z z))))")
+    t = time.perf_counter()
+    status, why = check_smt2(hard, timeout=100.0, deadline=1.0)
+    assert status == "unknown" and "did not stop" in why and time.perf_counter() - t < 5.0
+    assert check_smt2("(declare-const a Real) (assert (> a 1.0))", timeout=5.0)[0] == "sat"  # a new process

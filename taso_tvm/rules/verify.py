@@ -1,6 +1,8 @@
 """The rule verifier: a bounded symbolic proof and TASO's axiomatic proof, both with Z3, with a persistent cache.
 
-*Bounded*: the rule is instantiated at small shapes and attribute values (`instances.py`); every input element is a
+*Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
+(`instances.py`: every combination, or every pair, plus one instance with every dim >= 4); a target that does not
+build or changes type where the source builds and the constraints hold is a counterexample; every input element is a
 Z3 Real; both sides are evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output
 element is proven equal (first by polynomial normalisation, then by the solver). A disagreement comes back as a
 counterexample (shapes, attributes, input values), confirmed with the NumPy semantics when it involves
@@ -8,8 +10,9 @@ uninterpreted functions.
 
 *Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms.
 
-A rule is *verified* when the bounded proof succeeds and the axiomatic proof succeeds or does not apply.
-Every solver call has a time limit: "unknown" means "not verified", never a hang.
+A rule is *verified* when the bounded proof covers its choices and succeeds, and the axiomatic proof succeeds or does
+not apply (then it is "bounded-only"). Every solver call runs in a solver process killed at a hard deadline (`solver_process.py`): "unknown" means
+"not verified", never a hang.
 """
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ import numpy as np
 
 from ..graph import GraphError, TensorGraph
 from ..graph.tensor_graph import CycleError
-from .instances import Instance, NoInstance, Plan, numpy_check, plan_instances
+from .instances import Instance, NoInstance, numpy_check, plan_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
+from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +259,7 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     s.set("timeout", int(timeout * 1000))
     s.add(z3.Or([x != y for _, _, x, y in residual]))
     # the check runs in a child under a hard deadline; a satisfiable query is re-run here for its model
-    verdict, why = run_with_deadline(_check_smt2, (s.to_smt2(), timeout), 2 * timeout + 2.0)
+    verdict, why = check_smt2(s.to_smt2(), timeout)
     if verdict == "unsat":
         return "proven", "", None
     if verdict != "sat" or s.check() != z3.sat:
@@ -373,14 +377,11 @@ def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -
     if missing:
         return MethodResult("axiomatic", "skipped", f"no axioms for {', '.join(sorted(missing))}")
     limit = timeout or rule.verify.timeout
-    status, detail = run_with_deadline(_prove_axiomatic, (rule, axioms, limit), 2 * limit + 2.0)
+    status, detail = _prove_axiomatic(rule, axioms, limit)
     return MethodResult("axiomatic", status, detail, time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------- solver calls under a hard deadline
-_CHILD: dict = {}
-
-
 def _context():
     """The start method for solver and worker processes: forkserver (never fork: the parent may hold threads and
     TVM state), preloading this module so a new process starts in milliseconds."""
@@ -408,72 +409,6 @@ def _main_not_reimported():
             setattr(main, k, v)
 
 
-def _child_main(conn) -> None:
-    """A solver process: runs (function, arguments) requests and sends back the result, until its pipe closes."""
-    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
-    while True:
-        try:
-            fn, args = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            out = fn(*args)
-        except Exception as err:  # noqa: BLE001
-            out = ("unknown", f"error: {err}")
-        try:
-            conn.send(out)
-        except (OSError, ValueError):
-            return
-
-
-def _stop_child() -> None:
-    proc, conn = _CHILD.pop("proc", None), _CHILD.pop("conn", None)
-    if conn is not None:
-        conn.close()
-    if proc is not None and proc.is_alive():
-        proc.kill()
-        proc.join()
-
-
-def run_with_deadline(fn, args: tuple, seconds: float) -> tuple:
-    """fn(*args) -> (status, detail) in a solver process killed after `seconds` (Z3 does not always honour its own
-    timeout while it instantiates quantifiers). The process is kept for the next call; where no child process can
-    be started (a daemonic caller), runs in-process under Z3's own timeout."""
-    if multiprocessing.current_process().daemon:
-        return fn(*args)
-    if _CHILD.get("pid") != os.getpid():  # a process inherited from a parent is not ours
-        _CHILD.clear()
-    if "proc" not in _CHILD or not _CHILD["proc"].is_alive():
-        ctx = _context()
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child_main, args=(child,), daemon=True)
-        with _main_not_reimported():
-            proc.start()
-        child.close()
-        _CHILD.update(proc=proc, conn=parent, pid=os.getpid())
-    conn = _CHILD["conn"]
-    try:
-        conn.send((fn, args))
-        if conn.poll(seconds):
-            status, detail = conn.recv()
-            return status, detail
-    except (EOFError, OSError, ValueError) as err:
-        _stop_child()
-        return "unknown", f"the proof process died ({err})"
-    _stop_child()
-    return "unknown", f"solver did not stop within {seconds:.0f} s"
-
-
-def _check_smt2(text: str, timeout: float) -> tuple:
-    import z3
-
-    s = z3.Solver()
-    s.set("timeout", int(timeout * 1000))
-    s.from_string(text)
-    r = s.check()
-    return str(r), s.reason_unknown() if r == z3.unknown else ""
-
-
 def relevant_axioms(rule: Rule, axioms: list) -> list:
     """The axioms a derivation of the rule can use: those whose source operators the rule has, or that the
     target sides of such axioms introduce (closed under that). Fewer quantifiers, shorter searches."""
@@ -494,11 +429,13 @@ def relevant_axioms(rule: Rule, axioms: list) -> list:
 
 
 def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
+    """The axiomatic proof from the relevant axioms; Z3 runs in the solver process under a hard deadline."""
     from .axiomatic import prove
 
     enc, formulas = _axiom_formulas(axioms)
     names = {ax.name for ax in relevant_axioms(rule, axioms)}
-    status, detail = prove(rule, axioms, limit, formulas=[f for f in formulas if f[0] in names], enc=enc)
+    status, detail = prove(rule, axioms, limit, formulas=[f for f in formulas if f[0] in names], enc=enc,
+                           check=lambda solver: check_smt2(solver.to_smt2(), limit, {"smt.mbqi": False}))
     if status == "proven":
         return status, f"{len(names)} of {len(axioms)} axioms"
     return status, detail
