@@ -14,8 +14,10 @@ from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 from taso_tvm.graph.ops import OPS
 from taso_tvm.rules import load_rules, parse_rules
 from taso_tvm.rules.cli import main as rules_cli
-from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_axioms, verify_rule,
+from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_rule,
                                    verify_rules, z3_evaluate)
+
+from verified_axioms import seed_cache, verified_axioms  # noqa: E402
 
 UNSOUND = textwrap.dedent("""\
     - name: taso_conv_mul_to_conv
@@ -102,8 +104,7 @@ def unsound():
 
 @pytest.fixture(scope="module")
 def axioms():
-    good, results = verify_axioms(load_axioms(), jobs=1, use_cache=False)
-    return good
+    return list(verified_axioms())
 
 
 @pytest.mark.parametrize("numeric_first", [True, False], ids=["numpy-first", "z3-only"])
@@ -129,7 +130,7 @@ def test_z3_counterexample_is_real(unsound):
 def test_unsound_rules_are_not_proven_axiomatically(unsound, axioms):
     for rule in unsound:
         m = axiomatic_check(rule, axioms, timeout=0.5)
-        assert m.status in ("unknown", "skipped"), rule.name
+        assert m.status in ("unknown", "skipped"), (rule.name, m.detail)
 
 
 def test_axioms_verify_and_are_consistent(axioms):
@@ -292,6 +293,7 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
 
 def test_unverified_rules_do_not_load_without_opt_out(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TASO_TVM_CACHE_DIR", str(tmp_path / "cache"))
+    seed_cache(tmp_path / "cache")
     p = tmp_path / "mixed.yaml"
     p.write_text(RULE + UNSOUND.split("\n\n")[1])
     with caplog.at_level(logging.WARNING, logger="taso_tvm.rules"):
@@ -315,6 +317,7 @@ def test_verify_rule_reports_methods():
 
 def test_cli_verify_and_list(tmp_path, monkeypatch):
     monkeypatch.setenv("TASO_TVM_CACHE_DIR", str(tmp_path / "cache"))
+    seed_cache(tmp_path / "cache")
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(RULE)
     bad.write_text(UNSOUND.split("\n\n")[1])
@@ -328,5 +331,6 @@ def test_cli_verify_and_list(tmp_path, monkeypatch):
     out = io.StringIO()
     assert rules_cli(["list", str(good)], out=out) == 0
     assert "fuse_matmul_relu_test" in out.getvalue() and "verified" in out.getvalue()
+    assert "bounded+axiomatic" in out.getvalue()  # the proof method
     bad.write_text("- name: x\n  source: {}\n")
     assert rules_cli(["verify", str(bad)], out=io.StringIO()) == 2

@@ -65,8 +65,11 @@ def cmd_verify(args, out) -> int:
         detail = _fmt_ce(res.counterexample)
         if not detail and res.status != "verified":
             detail = "; ".join(f"{m.method}: {m.detail}" for m in res.methods if m.status != "proven")
+        if not detail and res.status == "verified":
+            b = res.method("bounded")
+            detail = f"{res.proof}; bounded: {b.coverage or b.detail}" if b else res.proof
         rows.append((rule.name, _method_cell(res), result, f"{res.time:.2f}s", detail))
-    _table(rows, ["rule", "methods", "result", "time", "counterexample / detail"], out)
+    _table(rows, ["rule", "methods", "result", "time", "proof / counterexample / detail"], out)
     bad_axioms = sum(1 for r in ax_results if not r.ok)
     print(f"\n{len(rules)} rules, {len(rules) - failures if not args.axioms else len(shown) - failures} as expected, "
           f"{failures} not; {len(ax_results) - bad_axioms}/{len(ax_results)} axioms verified; {total:.2f}s",
@@ -85,10 +88,11 @@ def cmd_list(args, out) -> int:
     for r in rules:
         hit = cache.get(rule_key(r, ah))
         status = hit.status if hit else "not verified yet"
+        proof = (hit.proof or "-") if hit else ("bounded-only (declared)" if not r.verify.axiomatic else "-")
         src = ", ".join(n.op for n in r.source)
         tgt = ", ".join(n.op for n in r.target) or "(aliases)"
-        rows.append((r.name, r.family, f"{src} -> {tgt}", status, f"{r.file}:{r.line}"))
-    _table(rows, ["rule", "family", "source -> target", "status", "where"], out)
+        rows.append((r.name, r.family, f"{src} -> {tgt}", status, proof, f"{r.file}:{r.line}"))
+    _table(rows, ["rule", "family", "source -> target", "status", "proof", "where"], out)
     fams: dict = {}
     for r in rules:
         fams[r.family] = fams.get(r.family, 0) + 1

@@ -4,9 +4,18 @@ An instance is the rule's source built as a TensorGraph (inputs named after the 
 that the rule requires to be weights are weight nodes), the match of the rule on it, and the choices made. The verifier
 evaluates both sides of the rule on instances symbolically (Z3); the tests evaluate them with NumPy.
 
-Dimension symbols range over `verify.dims` (default 1, 2, 3); attribute variables over `verify.attrs` or a default
-domain per operator attribute (`default_domain`). Instances are drawn at random (seeded by the rule name) until every
-value of every symbol and attribute variable has appeared in some valid instance, or the budget is spent.
+*Choices* are the shape alternative (`#shapes`), each dimension symbol (`verify.dims`, default 1, 2, 3) and each
+attribute variable or group member (`verify.attrs`, else the operator's `domains` table in `graph/ops`, else its
+default value). An instance is *admissible* when its source builds and the rule's constraints hold: the rule claims
+to apply there. `plan_instances` covers the choices by combinations, not by values:
+
+* every combination, when there are at most `EXHAUSTIVE_LIMIT` of them;
+* otherwise every *pair* of values of two choices that occur together (a greedy covering array); a pair no
+  admissible instance covers is searched for exhaustively (it is then outside the rule's domain) or reported as
+  not covered;
+* plus one instance with every dimension symbol >= 4 where the source builds within the size bound.
+
+The sample depends on the rule's content (its canonical form), never on its name or file position.
 """
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ import hashlib
 import itertools
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -27,11 +36,27 @@ from .language import Rule
 from .matcher import Match, find_matches
 
 DEFAULT_DIMS = (1, 2, 3)
-ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
+LARGE_DIMS = (4, 5)  # the "every dim >= 4" instance tries these
+EXHAUSTIVE_LIMIT = 256  # combinations: all of them up to this many, else all pairs
+PAIR_TRIES = 32  # random completions of an uncovered pair before searching it exhaustively
+PAIR_SEARCH_LIMIT = 1200  # leaves of that exhaustive search
+LARGE_ELEMENTS = 1200  # the large instance may have this many input elements
 
 
 class NoInstance(Exception):
     """The rule cannot be instantiated (missing shapes, or no choice builds)."""
+
+
+class _Branch(Exception):
+    """Enumeration: a choice not fixed by the script (carries its domain)."""
+
+    def __init__(self, name: str, dom: list):
+        super().__init__(name)
+        self.name, self.dom = name, dom
+
+
+class _Reject(Exception):
+    """A scripted value outside the domain offered at this point, or an instance over the size bound."""
 
 
 @dataclass
@@ -42,6 +67,7 @@ class Instance:
     graph: TensorGraph  # the source, outputs = the rule's outputs
     match: Match
     weight_vars: frozenset
+    large: bool = False  # the every-dim->=4 instance
 
     def describe(self) -> str:
         sh = ", ".join(f"{k}: {list(v)}" for k, v in self.shapes.items())
@@ -86,6 +112,7 @@ def defining_equations(rule: Rule) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- domains
 def _factor_shapes(n: int) -> list:
     """A few shapes with n elements (for a reshape target)."""
     divs = [d for d in range(1, n + 1) if n % d == 0]
@@ -100,56 +127,50 @@ def _factor_shapes(n: int) -> list:
     return res
 
 
-def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1) -> list:
-    """Values an attribute variable ranges over during verification, given the node's input types."""
-    nd = in_types[0].ndim if in_types else 0
-    if key == "activation":
-        return list(ACTIVATIONS)
-    if op == "conv2d":
-        if key == "strides":
-            return [(1, 1), (2, 2)]
-        if key == "padding":
-            return [(0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 1, 0)]
-        if key == "dilation":
-            return [(1, 1), (2, 2)]
-        if key == "groups":
-            c = in_types[0].shape[1]
-            o = in_types[1].shape[0] if len(in_types) > 1 else c
-            return [g for g in (1, 2, 3) if c % g == 0 and o % g == 0]
-    if op in ("maxpool2d", "avgpool2d"):
-        return {"kernel": [(1, 1), (2, 2), (3, 3)], "strides": [(1, 1), (2, 2)],
-                "padding": [(0, 0, 0, 0), (1, 1, 1, 1)], "dilation": [(1, 1)], "ceil_mode": [False, True],
-                "count_include_pad": [False, True]}.get(key, [])
-    if key == "axis":
-        return list(range(nd))
-    if key == "perm":
-        return [tuple(p) for p in itertools.permutations(range(nd))]
-    if key == "shape":
-        return _factor_shapes(math.prod(in_types[0].shape))
-    if key == "epsilon":
-        return [1e-5, 1e-3]
-    if key == "momentum":
-        return [0.1, 0.9]
-    if op == "mean":
-        if key == "axes":
-            return [tuple(c) for r in range(1, nd + 1) for c in itertools.combinations(range(nd), r)]
-        if key == "keepdims":
-            return [False, True]
-    if op == "layernorm" and key == "axes":
-        return [(nd - 1,), tuple(range(max(0, nd - 2), nd))]
-    if op == "enlarge" and key == "kernel":
-        return [(3, 3), (5, 5)]
-    if op == "split" and key == "sizes":
-        return []  # depends on the axis; give it as an expression or in verify.attrs
-    if op == "merge_gconv":
-        return [1, 2, 4]
-    return []
+def _partitions(total: int, parts: int, limit: int = 6) -> list:
+    """Ways to cut `total` into `parts` positive sizes: unequal ones first, then the rest (at most `limit`)."""
+    if parts < 1 or total < parts:
+        return []
+    out = [c for c in itertools.combinations(range(1, total), parts - 1)]
+    sizes = [tuple(b - a for a, b in zip((0,) + c, c + (total,))) for c in out]
+    sizes.sort(key=lambda s: (len(set(s)) == 1, s))
+    return sizes[:limit]
 
 
-def _default_value(op: str, key: str) -> list:
-    """Fallback domain: the attribute's default value, when it has one."""
-    d = OPS[op].attrs.get(key)
-    return [] if d is None else [d]
+def _groups(in_types: list) -> list:
+    """A conv's group count is fixed by its input and weight shapes: C_in / C_weight (when that divides)."""
+    if len(in_types) < 2 or in_types[0].ndim < 2 or in_types[1].ndim < 2 or not in_types[1].shape[1]:
+        return [1]
+    c, cw, o = in_types[0].shape[1], in_types[1].shape[1], in_types[1].shape[0]
+    return [c // cw] if c % cw == 0 and o % (c // cw) == 0 else []
+
+
+# domain words of OpDef.domains: values derived from the node's input types (and attributes chosen before)
+DOMAIN_WORDS: dict[str, Callable[[list, dict, int], list]] = {
+    "axis": lambda t, a, n: list(range(t[0].ndim)) if t else [],
+    "perm": lambda t, a, n: [tuple(p) for p in itertools.permutations(range(t[0].ndim))],
+    "axes": lambda t, a, n: [tuple(c) for r in range(1, t[0].ndim + 1)
+                             for c in itertools.combinations(range(t[0].ndim), r)],
+    "trailing_axes": lambda t, a, n: [(t[0].ndim - 1,), tuple(range(max(0, t[0].ndim - 2), t[0].ndim))],
+    "reshape": lambda t, a, n: _factor_shapes(math.prod(t[0].shape)),
+    "groups": lambda t, a, n: _groups(t),
+    "partition": lambda t, a, n: _partitions(t[0].shape[a["axis"]], n)
+    if isinstance(a.get("axis"), int) and -t[0].ndim <= a["axis"] < t[0].ndim else [],
+}
+
+
+def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1, attrs: Optional[dict] = None) -> list:
+    """Values an attribute ranges over when a rule leaves it free: the operator's `domains` entry, else its default."""
+    spec = OPS[op].domains.get(key)
+    if spec is None:
+        d = OPS[op].attrs.get(key)
+        return [] if d is None else [d]
+    if isinstance(spec, str):
+        try:
+            return list(DOMAIN_WORDS[spec](list(in_types), dict(attrs or {}), n_outputs))
+        except (IndexError, TypeError, ValueError):
+            return []
+    return list(spec)
 
 
 class _BuildEnv(E.Env):
@@ -174,9 +195,9 @@ class _BuildEnv(E.Env):
         return self.store.nodes[self.tensors[name][0]].op == "weight"
 
 
-def _rng_for(rule: Rule, seed: int) -> random.Random:
-    h = int(hashlib.sha256(f"{rule.name}:{seed}".encode()).hexdigest()[:12], 16)
-    return random.Random(h)
+def content_seed(rule: Rule, seed: int = 0) -> int:
+    """The sampler's seed: a hash of the rule's content (canonical form without its name) and `seed`."""
+    return int(hashlib.sha256(f"{rule.canonical}:{seed}".encode()).hexdigest()[:12], 16)
 
 
 def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
@@ -200,6 +221,23 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
     groups: dict = {}
     built: dict = {}
     env = _BuildEnv(store, tensors, choices, groups)
+    pending = list(rule.where)
+
+    def check_early() -> None:
+        """Constraints whose names are all bound hold (the matcher checks them all again): a violated one prunes
+        the enumeration before later choices multiply it."""
+        bound = set(rule.inputs) | set(choices)
+        for c in list(pending):
+            if E.names_in(c.expr) <= bound:
+                pending.remove(c)
+                try:
+                    holds = bool(E.evaluate(c.expr, env))
+                except E.ExprError:
+                    continue
+                if not holds:
+                    raise NoInstance(f"constraint '{c.text}' is false")
+
+    check_early()
     for p in rule.source:
         refs = [tensors[a.name] if a.kind == "var" else built[a.node][a.out] for a in p.args]
         in_types = [store.type(r) for r in refs]
@@ -215,12 +253,13 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
                         except E.ExprError:
                             pass
                     if spec.value not in choices:
-                        dom = rule.verify.attrs.get(spec.value) or default_domain(p.op, k, in_types, p.n_outputs) \
-                            or _default_value(p.op, k)
+                        dom = rule.verify.attrs.get(spec.value) or \
+                            default_domain(p.op, k, in_types, p.n_outputs, attrs)
                         if not dom:
                             raise NoInstance(f"no domain for attribute variable '{spec.value}' ({p.op}.{k}); "
                                              "give verify.attrs")
                         choices[spec.value] = choose(spec.value, list(dom))
+                        check_early()
                     attrs[k] = choices[spec.value]
             for k, spec in p.attrs.items():  # expressions after the variables they may read
                 if spec.kind == "expr":
@@ -235,8 +274,8 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
                         if k in p.attrs:
                             continue
                         name = f"{p.splat}.{k}"
-                        dom = rule.verify.attrs.get(name) or default_domain(p.op, k, in_types, p.n_outputs) \
-                            or _default_value(p.op, k)
+                        dom = rule.verify.attrs.get(name) or \
+                            default_domain(p.op, k, in_types, p.n_outputs, {**attrs, **g})
                         if not dom:
                             raise NoInstance(f"no domain for {name}; give verify.attrs")
                         g[k] = choices[name] = choose(name, list(dom))
@@ -259,68 +298,341 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
     raise NoInstance("the rule's constraints reject this instance")
 
 
-def iter_instances(rule: Rule, max_instances: Optional[int] = None, seed: int = 0, attempts: int = 400,
-                   values_fn: Optional[Callable[[dict], dict]] = None) -> Iterator[Instance]:
-    """Valid instances of the rule, covering every value of every symbol and attribute variable when possible."""
+# ---------------------------------------------------------------- plans: which instances cover the rule
+_KEYS: dict = {}
+
+
+def _key(v: Any) -> str:
+    """A value's identity for coverage (repr of the frozen value: 1 and True differ)."""
+    try:
+        k = (type(v), v)
+        out = _KEYS.get(k)
+    except TypeError:  # unhashable (a list): freeze it first
+        return repr(freeze(v))
+    if out is None:
+        out = _KEYS[k] = repr(freeze(v))
+    return out
+
+
+def _symbols_of(alt: dict) -> list:
+    return sorted({d for s in alt.values() for d in s if isinstance(d, str)})
+
+
+def _attempt(rule: Rule, choose: Callable[[str, list], Any], elements: int, large: bool = False,
+             values_fn: Optional[Callable[[dict], dict]] = None) -> Instance:
+    """One instance from a chooser: the shape alternative, each dimension symbol, then the source's attributes.
+
+    Raises NoInstance (the source does not build or the constraints reject it), _Reject or _Branch (from choose)."""
     spec = rule.verify
-    limit = max_instances or spec.instances
     alts = spec.shapes or [{}]
+    a_idx = choose("#shapes", list(range(len(alts))))
+    alt = alts[a_idx]
+    dims = {}
+    for sym in _symbols_of(alt):
+        dims[sym] = choose(sym, list(LARGE_DIMS if large else spec.dims.get(sym, DEFAULT_DIMS)))
+    shapes = {v: tuple(dims[d] if isinstance(d, str) else d for d in alt[v]) for v in rule.inputs}
+    if sum(math.prod(s) for s in shapes.values()) > elements:
+        raise _Reject("over the size bound")
+    inst = build_instance(rule, shapes, choose, values_fn(shapes) if values_fn else None)
+    inst.choices.update(dims)
+    inst.large = large
+    return inst
+
+
+@dataclass
+class Plan:
+    """The instances the bounded proof checks, and how they cover the rule's choices."""
+
+    instances: list = field(default_factory=list)
+    mode: str = "exhaustive"  # 'exhaustive' | 'pairwise'
+    combinations: int = 0  # exhaustive: admissible combinations; pairwise: value pairs that occur together
+    pairs_covered: int = 0
+    outside: int = 0  # pairs no admissible instance has (proven by exhaustive search)
+    uncovered: list = field(default_factory=list)  # descriptions of pairs / values not covered
+    oversize: int = 0  # combinations over the size bound (not checked)
+    large: bool = False  # an instance with every dimension >= 4 is included
+    truncated: bool = False  # max_instances cut the plan short
+
+    @property
+    def complete(self) -> bool:
+        return not self.uncovered and not self.truncated and bool(self.instances)
+
+    def describe(self) -> str:
+        n = len(self.instances)
+        if self.mode == "exhaustive":
+            txt = f"{n} instances, all {self.combinations} combinations"
+        else:
+            txt = f"{n} instances, all pairs ({self.pairs_covered} of {self.combinations}"
+            txt += f", {self.outside} outside the rule's domain)" if self.outside else ")"
+        if self.large:
+            txt += ", one with every dim >= 4"
+        if self.oversize:
+            txt += f", {self.oversize} over the size bound"
+        if self.uncovered:
+            txt += f"; NOT covered: {'; '.join(self.uncovered[:4])}" + \
+                (f" (+{len(self.uncovered) - 4} more)" if len(self.uncovered) > 4 else "")
+        if self.truncated:
+            txt += "; truncated by max_instances"
+        return txt
+
+
+class _Planner:
+    def __init__(self, rule: Rule, seed: int, values_fn):
+        self.rule, self.values_fn = rule, values_fn
+        self.rng = random.Random(content_seed(rule, seed))
+        self.elements = rule.verify.elements
+        self.seen: set = set()  # assignments tried
+        self.offered: set = set()  # value pairs that occurred together in some attempt
+        self.covered: set = set()
+        self.values: dict = {}  # (name, repr) -> value, for every value offered
+        self.offers_seen: set = set()
+        self.memo: dict = {}  # script -> outcome, for the enumerations of pair searches
+        self.instances: list = []
+        self.oversize = 0
+
+    # -------------------------------------------------------- one attempt
+    def run(self, script: dict, fill: Optional[Callable[[str, list, dict], Any]], large: bool = False,
+            offer: bool = True) -> tuple:
+        """Build with the script; unscripted choices from `fill` (None: raise _Branch). Returns (instance or None,
+        assignment, scope). `offer`: record the pairs this attempt offers."""
+        if fill is None and not offer and not large:  # a pair's completions: outcomes are memoised
+            key = tuple(sorted((k, _key(v)) for k, v in script.items()))
+            hit = self.memo.get(key)
+            if hit is None:
+                try:
+                    hit = self.memo[key] = ("done", self._run(script, None, large, offer))
+                except _Branch as b:
+                    hit = self.memo[key] = ("branch", b)
+            if hit[0] == "branch":
+                raise hit[1]
+            return hit[1]
+        return self._run(script, fill, large, offer)
+
+    def _run(self, script: dict, fill, large: bool, offer: bool) -> tuple:
+        assign: dict = {}
+        scope: list = []
+
+        def choose(name: str, dom: list) -> Any:
+            if not dom:
+                raise NoInstance(f"empty domain for {name}")
+            scope.append((name, dom))
+            if name in script:
+                v = script[name]
+                if not large or name not in self._syms():
+                    if _key(v) not in {_key(d) for d in dom}:
+                        raise _Reject(f"{name}={v} not offered")
+            elif fill is None:
+                raise _Branch(name, dom)
+            else:
+                v = fill(name, dom, assign)
+            assign[name] = freeze(v)
+            return v
+
+        try:
+            inst = _attempt(self.rule, choose, LARGE_ELEMENTS if large else self.elements, large, self.values_fn)
+        except _Reject as err:
+            if "size bound" in str(err) and fill is None:
+                self.oversize += 1
+            inst = None
+        except NoInstance:
+            inst = None
+        finally:
+            if offer:
+                self._offer(scope, assign)
+        return inst, assign, scope
+
+    def _syms(self) -> set:
+        return {d for alt in (self.rule.verify.shapes or [{}]) for d in _symbols_of(alt)}
+
+    def _offer(self, scope: list, assign: dict) -> None:
+        """Record the pairs this attempt offered: each chosen value with every value a later choice could take
+        (a later choice's domain, even its presence, may depend on the earlier value)."""
+        sig = tuple((n, tuple(_key(v) for v in dom), _key(assign[n]) if n in assign else None) for n, dom in scope)
+        if sig in self.offers_seen:
+            return
+        self.offers_seen.add(sig)
+        for j, (n2, dom) in enumerate(scope):
+            keys = sig[j][1]
+            for v, k in zip(dom, keys):
+                self.values.setdefault((n2, k), freeze(v))
+            for n1, _ in scope[:j]:
+                if n1 == n2 or n1 not in assign:
+                    continue
+                k1 = _key(assign[n1])
+                for k2 in keys:
+                    self.offered.add(_pair((n1, k1), (n2, k2)))
+
+    def keep(self, inst: Instance, assign: dict) -> bool:
+        key = tuple(sorted((k, _key(v)) for k, v in assign.items()))
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        self.instances.append(inst)
+        self.covered |= _pairs_of(assign)
+        return True
+
+    def estimate(self, probes: int = 12) -> int:
+        """The number of combinations, estimated from random completions (the largest product of the domain
+        sizes along one of them)."""
+        best = 1
+        for _ in range(probes):
+            _, _, scope = self.run({}, lambda n, d, a: self.rng.choice(d))
+            best = max(best, math.prod(len(d) for _, d in scope))
+        return best
+
+    # -------------------------------------------------------- exhaustive enumeration
+    def enumerate(self, script: dict, limit: int, want: Optional[tuple] = None) -> tuple:
+        """Depth-first over every combination extending the script. Returns (admissible leaves as (inst, assign),
+        leaves visited, complete). With `want` (a pair) stops at the first admissible leaf that has it."""
+        stack = [dict(script)]
+        found, leaves = [], 0
+        while stack:
+            s = stack.pop()
+            try:
+                inst, assign, _ = self.run(s, None, offer=want is None)
+            except _Branch as b:
+                # dimension symbols largest first when searching for a pair (windows fit at large sizes)
+                order = b.dom if want is not None and b.name in self._syms() else list(reversed(b.dom))
+                for v in order:
+                    stack.append({**s, b.name: freeze(v)})
+                continue
+            leaves += 1
+            if inst is not None:
+                found.append((inst, assign))
+                if want is not None and want in _pairs_of(assign):
+                    return found, leaves, True
+            if leaves >= limit and stack:
+                return found, leaves, False
+        return found, leaves, True
+
+    # -------------------------------------------------------- greedy completion for pairwise coverage
+    def random_fill(self, name: str, dom: list, assign: dict) -> Any:
+        return self.rng.choice(dom)
+
+    def wide_fill(self, name: str, dom: list, assign: dict) -> Any:
+        """Dimension symbols at their largest (windows fit), attributes at random."""
+        return max(dom) if name in self._syms() else self.rng.choice(dom)
+
+    def greedy_fill(self, name: str, dom: list, assign: dict) -> Any:
+        best, score = [], -1
+        for v in dom:
+            k = _key(v)
+            sc = sum(1 for n2, v2 in assign.items()
+                     if _pair((name, k), (n2, _key(v2))) not in self.covered)
+            if sc > score:
+                best, score = [v], sc
+            elif sc == score:
+                best.append(v)
+        return self.rng.choice(best)
+
+
+def _pair(a: tuple, b: tuple) -> tuple:
+    return (a, b) if a <= b else (b, a)
+
+
+def _pairs_of(assign: dict) -> set:
+    items = sorted((k, _key(v)) for k, v in assign.items())
+    return {(a, b) for a, b in itertools.combinations(items, 2)}
+
+
+def _describe_pair(p: tuple) -> str:
+    return f"{p[0][0]}={p[0][1]} with {p[1][0]}={p[1][1]}"
+
+
+def plan_instances(rule: Rule, seed: int = 0, max_instances: Optional[int] = None,
+                   values_fn: Optional[Callable[[dict], dict]] = None) -> Plan:
+    """The admissible instances that cover the rule's choices (see the module docstring). Raises NoInstance when
+    verify.shapes is incomplete."""
+    alts = rule.verify.shapes or [{}]
     for alt in alts:
         missing = [v for v in rule.inputs if v not in alt]
         if missing:
             raise NoInstance(f"verify.shapes gives no shape for input(s) {', '.join(missing)}")
-    rng = _rng_for(rule, seed)
-    known: set = set()
-    covered: set = set()
-    seen: set = set()
-    count = 0
-    for i, alt in enumerate(alts):
-        known.add(("#shapes", i))
-        for sym in sorted({d for s in alt.values() for d in s if isinstance(d, str)}):
-            for v in spec.dims.get(sym, DEFAULT_DIMS):
-                known.add((sym, v))
+    pl = _Planner(rule, seed, values_fn)
+    plan = Plan()
+    found, complete = [], False
+    if pl.estimate() <= EXHAUSTIVE_LIMIT:
+        found, _, complete = pl.enumerate({}, EXHAUSTIVE_LIMIT)
+    if complete:
+        plan.mode = "exhaustive"
+        for inst, assign in found:
+            pl.keep(inst, assign)
+        plan.combinations = len(pl.instances)
+    else:
+        plan.mode = "pairwise"
+        for inst, assign in found:
+            pl.keep(inst, assign)
+        _pairwise(pl, plan)
+    plan.oversize = pl.oversize if plan.mode == "exhaustive" else 0
+    _add_large(pl, plan)
+    plan.instances = pl.instances
+    if max_instances is not None and len(plan.instances) > max_instances:
+        plan.instances, plan.truncated = plan.instances[:max_instances], True
+    if not plan.instances and not plan.uncovered:
+        plan.uncovered.append("no admissible instance (check verify.shapes / verify.dims / where)")
+    return plan
 
-    def pick(name: str, dom: list) -> Any:
-        for v in dom:
-            known.add((name, freeze(v)))
-        unc = [v for v in dom if (name, freeze(v)) not in covered]
-        if unc and rng.random() < 0.75:
-            return rng.choice(unc)
-        return rng.choice(dom)
 
-    for _ in range(attempts):
-        a_idx = pick("#shapes", list(range(len(alts))))
-        alt = alts[a_idx]
-        symbols = sorted({d for s in alt.values() for d in s if isinstance(d, str)})
-        dims = {s: pick(s, list(spec.dims.get(s, DEFAULT_DIMS))) for s in symbols}
-        shapes = {v: tuple(dims[d] if isinstance(d, str) else d for d in alt[v]) for v in rule.inputs}
-        if sum(math.prod(s) for s in shapes.values()) > spec.elements:
+def _pairwise(pl: _Planner, plan: Plan) -> None:
+    # a first sweep of random completions discovers which choices occur together
+    for _ in range(24):
+        inst, assign, _ = pl.run({}, lambda n, d, a: pl.rng.choice(d))
+        if inst is not None:
+            pl.keep(inst, assign)
+    outside: set = set()
+    missed: set = set()
+    while True:
+        todo = sorted(pl.offered - pl.covered - outside - missed)
+        if not todo:
+            break
+        want = todo[0]
+        script = {want[0][0]: pl.values[want[0]], want[1][0]: pl.values[want[1]]}
+        done = False
+        for k in range(PAIR_TRIES):  # greedy completions, then random ones
+            fill = pl.greedy_fill if k < PAIR_TRIES // 4 else pl.wide_fill if k % 2 else pl.random_fill
+            inst, assign, _ = pl.run(script, fill)
+            if inst is not None and pl.keep(inst, assign) and want in pl.covered:
+                done = True
+                break
+        if done or want in pl.covered:
             continue
-        record: dict = {}
+        found, _, complete = pl.enumerate(script, PAIR_SEARCH_LIMIT, want)
+        hit = next(((i, a) for i, a in found if want in _pairs_of(a)), None)
+        if hit is not None:
+            pl.keep(*hit)
+        elif complete:
+            outside.add(want)
+        else:
+            missed.add(want)
+    plan.combinations = len(pl.offered)
+    plan.pairs_covered = len(pl.offered & pl.covered)
+    plan.outside = len(outside)
+    plan.uncovered = [_describe_pair(p) for p in sorted(missed)]
 
-        def choose(name: str, dom: list) -> Any:
-            v = pick(name, dom)
-            record[name] = freeze(v)
-            return v
 
-        try:
-            inst = build_instance(rule, shapes, choose, values_fn(shapes) if values_fn else None)
-        except NoInstance:
-            continue
-        key = (a_idx, tuple(sorted(dims.items())), tuple(sorted(record.items(), key=lambda kv: kv[0])))
-        if key in seen:
-            continue
-        seen.add(key)
-        inst.choices.update(dims)
-        covered.add(("#shapes", a_idx))
-        covered.update((k, freeze(v)) for k, v in dims.items())
-        covered.update(record.items())
-        count += 1
-        yield inst
-        if count >= limit or (count >= min(limit, 4) and known <= covered):
-            return
-    if count == 0:
-        raise NoInstance(f"no valid instance in {attempts} attempts (check verify.shapes / verify.dims)")
+def _add_large(pl: _Planner, plan: Plan) -> None:
+    """One instance with every dimension symbol >= 4 (and the attributes completed greedily), if one builds."""
+    syms = sorted(pl._syms())
+    if not syms:
+        return
+    for dim in LARGE_DIMS:
+        for a_idx in range(len(pl.rule.verify.shapes or [{}])):
+            script = {"#shapes": a_idx, **{s: dim for s in syms}}
+            for _ in range(6):
+                inst, assign, _ = pl.run(script, pl.greedy_fill, large=True)
+                if inst is not None:
+                    pl.instances.append(inst)
+                    plan.large = True
+                    return
+
+
+def iter_instances(rule: Rule, max_instances: Optional[int] = None, seed: int = 0,
+                   values_fn: Optional[Callable[[dict], dict]] = None) -> Iterator[Instance]:
+    """The planned instances (see `plan_instances`), at most `max_instances`."""
+    plan = plan_instances(rule, seed, max_instances, values_fn)
+    if not plan.instances:
+        raise NoInstance("; ".join(plan.uncovered) or "no admissible instance")
+    yield from plan.instances
 
 
 def positive_vars(rule: Rule) -> set:

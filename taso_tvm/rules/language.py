@@ -31,7 +31,7 @@ from . import expr as E
 from .yaml_lines import LList, LMap, YamlError, load_yaml
 
 ENTRY_KEYS = {"name", "family", "doc", "source", "target", "outputs", "where", "verify", "facts", "expect"}
-VERIFY_KEYS = {"shapes", "dims", "attrs", "instances", "axiomatic", "timeout", "elements"}
+VERIFY_KEYS = {"shapes", "dims", "attrs", "instances", "axiomatic", "bounded_only", "timeout", "elements"}
 NO_PATTERN_OPS = {"input", "weight", "opaque"}
 MULTI_OUTPUT_OPS = {"split"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
@@ -96,6 +96,7 @@ class VerifySpec:
     attrs: dict = field(default_factory=dict)  # attr var (or group.key) -> tuple of values
     instances: int = 8
     axiomatic: bool = True
+    bounded_only: str = ""  # why the rule opts out of the axiomatic proof (required to opt out)
     timeout: float = 10.0
     elements: int = 400  # skip instances with more input elements than this
 
@@ -120,13 +121,18 @@ class Rule:
     where: list  # [Constraint]
     facts: list  # [Constraint] (axioms: properties that hold whenever the source builds)
     verify: VerifySpec
-    canonical: str  # canonical JSON of the entry (hash input)
+    canonical: str  # canonical JSON of the entry without name, doc, family, expect (hash input)
     expect: Optional[str] = None
     _compiled: Any = None  # matcher data, built lazily
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(self.canonical.encode()).hexdigest()
+
+    def __getstate__(self) -> dict:  # the matcher's compiled form holds closures: rebuilt after unpickling
+        d = dict(self.__dict__)
+        d["_compiled"] = None
+        return d
 
     @property
     def ops(self) -> set:
@@ -429,6 +435,14 @@ def _verify_spec(ctx: _Ctx, entry: LMap, inputs: list) -> VerifySpec:
         if not isinstance(v["axiomatic"], bool):
             raise ctx.err("verify.axiomatic must be true or false", lof("axiomatic"))
         spec.axiomatic = v["axiomatic"]
+    if "bounded_only" in v:
+        reason = v["bounded_only"]
+        if not isinstance(reason, str) or not reason.strip():
+            raise ctx.err("verify.bounded_only must state why the rule has no axiomatic proof", lof("bounded_only"))
+        spec.bounded_only, spec.axiomatic = reason.strip(), False
+    elif not spec.axiomatic:
+        raise ctx.err("opting out of the axiomatic proof needs a reason: write verify.bounded_only: <why> "
+                      "instead of verify.axiomatic: false", lof("axiomatic"))
     return spec
 
 
@@ -508,7 +522,8 @@ def compile_rule(entry: Any, file: Optional[str] = None, line: int = 0) -> Rule:
     expect = entry.get("expect")
     if expect is not None and expect not in ("verified", "refuted", "unproven"):
         raise ctx.err("'expect' must be verified, refuted or unproven", entry.line_of("expect"))
-    canon = {k: _plain(entry[k]) for k in sorted(entry) if k not in ("doc", "family", "expect")}
+    # the rule's content: what it says, not what it is called (verdicts and samples depend on this only)
+    canon = {k: _plain(entry[k]) for k in sorted(entry) if k not in ("name", "doc", "family", "expect")}
     return Rule(name=name, file=file, line=line, family=str(entry.get("family", "misc")),
                 doc=str(entry.get("doc", "")), source=src.nodes, target=tgt.nodes, inputs=list(src.vars),
                 attr_vars=dict(src.attr_vars), splats=dict(src.splats), src_names=dict(src.names), outputs=outputs,

@@ -1,6 +1,8 @@
 """The rule verifier: a bounded symbolic proof and TASO's axiomatic proof, both with Z3, with a persistent cache.
 
-*Bounded*: the rule is instantiated at small shapes and attribute values (`instances.py`); every input element is a
+*Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
+(`instances.py`: every combination, or every pair, plus one instance with every dim >= 4); a target that does not
+build or changes type where the source builds and the constraints hold is a counterexample; every input element is a
 Z3 Real; both sides are evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output
 element is proven equal (first by polynomial normalisation, then by the solver). A disagreement comes back as a
 counterexample (shapes, attributes, input values), confirmed with the NumPy semantics when it involves
@@ -8,16 +10,19 @@ uninterpreted functions.
 
 *Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms.
 
-A rule is *verified* when the bounded proof succeeds and the axiomatic proof succeeds or does not apply.
-Every solver call has a time limit: "unknown" means "not verified", never a hang.
+A rule is *verified* when the bounded proof covers its choices and succeeds, and the axiomatic proof succeeds or does
+not apply (then it is "bounded-only"). Every solver call runs in a solver process killed at a hard deadline (`solver_process.py`): "unknown" means
+"not verified", never a hang.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,13 +33,15 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ..graph import GraphError, TensorGraph
-from .instances import Instance, NoInstance, iter_instances, numpy_check
+from ..graph.tensor_graph import CycleError
+from .instances import Instance, NoInstance, numpy_check, plan_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
+from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-1"
+VERIFIER_VERSION = "taso-tvm-verify-2"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
@@ -48,6 +55,7 @@ class MethodResult:
     time: float = 0.0
     instances: int = 0
     counterexample: Optional[dict] = None
+    coverage: str = ""  # bounded: which combinations the instances cover
 
 
 @dataclass
@@ -58,6 +66,7 @@ class VerifyResult:
     time: float = 0.0
     digest: str = ""
     cached: bool = False
+    proof: str = ""  # how a verified rule was proven: 'bounded+axiomatic' | 'bounded-only (<why>)'
 
     @property
     def ok(self) -> bool:
@@ -81,7 +90,7 @@ class VerifyResult:
     @staticmethod
     def from_dict(d: dict) -> "VerifyResult":
         return VerifyResult(d["rule"], d["status"], [MethodResult(**m) for m in d["methods"]], d["time"],
-                            d.get("digest", ""), cached=True)
+                            d.get("digest", ""), cached=True, proof=d.get("proof", ""))
 
 
 # ---------------------------------------------------------------- z3 evaluation
@@ -172,7 +181,8 @@ def _counterexample(inst: Instance, kind: str, detail: str, values: Optional[dic
           "attrs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in inst.choices.items()},
           "detail": detail}
     if values is not None:
-        ce["inputs"] = {k: _summary(np.asarray(v)) for k, v in values.items()}
+        ce["inputs"] = {k: _summary(np.asarray(v)) for k, v in values.items()}  # for reading
+        ce["values"] = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in values.items()}  # for re-checking
     return ce
 
 
@@ -211,10 +221,12 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     except TypeMismatch as err:
         return "refuted", str(err), _counterexample(inst, "type", str(err))
     except GraphError as err:
-        if strict:
-            return "unknown", f"target does not build at {inst.describe()}: {err}", None
-        return "inapplicable", str(err), None
-    tgt = inst.graph.replace(mapping)
+        # the source builds and the constraints hold, so the rule claims to apply here: a counterexample
+        return "refuted", f"the target does not build: {err}", _counterexample(inst, "build", str(err))
+    try:
+        tgt = inst.graph.replace(mapping)
+    except CycleError as err:  # the target reads what it replaces: no rewrite to compare
+        return "unknown", f"the rewrite is cyclic at {inst.describe()}: {err}", None
     if numeric_first:  # fast refutation with concrete numbers
         ok, detail, feeds = numpy_check(inst)
         if not ok:
@@ -247,7 +259,7 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     s.set("timeout", int(timeout * 1000))
     s.add(z3.Or([x != y for _, _, x, y in residual]))
     # the check runs in a child under a hard deadline; a satisfiable query is re-run here for its model
-    verdict, why = _with_deadline(lambda: (str(s.check()), s.reason_unknown()), 2 * timeout + 2.0)
+    verdict, why = check_smt2(s.to_smt2(), timeout)
     if verdict == "unsat":
         return "proven", "", None
     if verdict != "sat" or s.check() != z3.sat:
@@ -274,34 +286,56 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     return "unknown", f"a counterexample exists only for some uninterpreted function ({detail})", None
 
 
+def _numeric_only(inst: Instance, draws: int = 3) -> tuple:
+    try:
+        mapping = build_target(inst.rule, inst.graph, inst.match)
+    except TypeMismatch as err:
+        return "refuted", str(err), _counterexample(inst, "type", str(err))
+    except GraphError as err:
+        return "refuted", f"the target does not build: {err}", _counterexample(inst, "build", str(err))
+    del mapping
+    for k in range(draws):
+        ok, detail, feeds = numpy_check(inst, np.random.default_rng(k))
+        if not ok:
+            return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+    return "proven", "", None
+
+
 def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Optional[int] = None,
-                  strict: bool = False, budget: float = BOUNDED_BUDGET_S, numeric_first: bool = True) -> MethodResult:
-    """The bounded symbolic proof over the rule's instances."""
+                  strict: bool = False, budget: float = BOUNDED_BUDGET_S, numeric_first: bool = True,
+                  seed: int = 0) -> MethodResult:
+    """The bounded symbolic proof over the instances that cover the rule's choices (`plan_instances`).
+
+    Proven only when every planned instance is proven and the plan covers every combination (or every pair) of
+    the rule's choices; a counterexample at any instance refutes the rule."""
     t0 = time.perf_counter()
     timeout = timeout or rule.verify.timeout
-    proven = 0
-    inapplicable = 0
     try:
-        for inst in iter_instances(rule, max_instances=max_instances):
-            status, detail, ce = check_instance(inst, timeout, strict, numeric_first)
-            if status == "refuted":
-                return MethodResult("bounded", "refuted", detail, time.perf_counter() - t0, proven + 1, ce)
-            if status == "unknown":
-                return MethodResult("bounded", "unknown", detail, time.perf_counter() - t0, proven)
-            if status == "inapplicable":
-                inapplicable += 1
-            else:
-                proven += 1
-            if time.perf_counter() - t0 > budget:
-                break
+        plan = plan_instances(rule, seed=seed, max_instances=max_instances)
     except NoInstance as err:
-        if proven == 0:
-            return MethodResult("bounded", "unknown", str(err), time.perf_counter() - t0, 0)
+        return MethodResult("bounded", "unknown", str(err), time.perf_counter() - t0, 0)
+    proven = 0
+    for inst in plan.instances:
+        if inst.large and inst.num_elements > rule.verify.elements and rule.tgt_outputs and not rule.facts:
+            status, detail, ce = _numeric_only(inst)  # beyond the solver's size bound: NumPy, several draws
+        else:
+            status, detail, ce = check_instance(inst, timeout, strict, numeric_first)
+        if status == "refuted":
+            return MethodResult("bounded", "refuted", detail, time.perf_counter() - t0, proven + 1, ce,
+                                plan.describe())
+        if status != "proven":
+            return MethodResult("bounded", "unknown", detail, time.perf_counter() - t0, proven,
+                                coverage=plan.describe())
+        proven += 1
+        if time.perf_counter() - t0 > budget:
+            return MethodResult("bounded", "unknown", f"time budget ({budget:.0f} s) spent after {proven} of "
+                                f"{len(plan.instances)} instances", time.perf_counter() - t0, proven,
+                                coverage=plan.describe())
     dt = time.perf_counter() - t0
-    if proven == 0:
-        return MethodResult("bounded", "unknown", f"the target never builds ({inapplicable} instances)", dt, 0)
-    extra = f", target not applicable at {inapplicable}" if inapplicable else ""
-    return MethodResult("bounded", "proven", f"{proven} instances{extra}", dt, proven)
+    if not plan.complete:
+        return MethodResult("bounded", "unknown", f"coverage falls short: {plan.describe()}", dt, proven,
+                            coverage=plan.describe())
+    return MethodResult("bounded", "proven", plan.describe(), dt, proven, coverage=plan.describe())
 
 
 # ---------------------------------------------------------------- axioms
@@ -332,85 +366,102 @@ def _axiom_formulas(axioms: list):
 
 
 def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -> MethodResult:
-    from .axiomatic import axiom_ops, prove
+    from .axiomatic import axiom_ops
 
     t0 = time.perf_counter()
     if not rule.verify.axiomatic:
-        return MethodResult("axiomatic", "skipped", "disabled by the rule (verify.axiomatic: false)")
+        return MethodResult("axiomatic", "skipped", f"disabled by the rule: {rule.verify.bounded_only}")
     if not axioms:
         return MethodResult("axiomatic", "skipped", "no axioms")
     missing = rule.ops - axiom_ops(axioms)
     if missing:
         return MethodResult("axiomatic", "skipped", f"no axioms for {', '.join(sorted(missing))}")
     limit = timeout or rule.verify.timeout
-    enc, formulas = _axiom_formulas(axioms)
-    status, detail = _with_deadline(lambda: prove(rule, axioms, limit, formulas=formulas, enc=enc),
-                                    2 * limit + 2.0)
+    status, detail = _prove_axiomatic(rule, axioms, limit)
     return MethodResult("axiomatic", status, detail, time.perf_counter() - t0)
 
 
-def _with_deadline(fn, seconds: float) -> tuple:
-    """Run fn() -> (status, detail) in a forked child killed after `seconds`: Z3's own timeout is not always
-    honoured while it instantiates quantifiers. Without fork, runs in-process."""
-    if not hasattr(os, "fork"):
-        return fn()
-    r, w = os.pipe()
+# ---------------------------------------------------------------- solver calls under a hard deadline
+def _context():
+    """The start method for solver and worker processes: forkserver (never fork: the parent may hold threads and
+    TVM state), preloading this module so a new process starts in milliseconds."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """Start processes without re-running the caller's main script in them (forkserver and spawn children import
+    `__main__` by path, which re-runs a script that calls load_rules() at top level). Our children need only
+    this package."""
+    main = sys.modules.get("__main__")
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
     try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return fn()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            try:
-                out = fn()
-            except Exception as err:  # noqa: BLE001
-                out = ("unknown", f"error: {err}")
-            os.write(w, json.dumps(list(out)).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    deadline = time.monotonic() + seconds
-    while True:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            os.close(r)
-            return "unknown", f"solver did not stop within {seconds:.0f} s"
-        time.sleep(0.002)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    try:
-        status, detail = json.loads(data.decode())
-        return status, detail
-    except ValueError:
-        return "unknown", "the proof process died"
+        for k in saved:
+            if k == "__file__":
+                delattr(main, k)
+            else:
+                setattr(main, k, None)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
+def relevant_axioms(rule: Rule, axioms: list) -> list:
+    """The axioms a derivation of the rule can use: those whose source operators the rule has, or that the
+    target sides of such axioms introduce (closed under that). Fewer quantifiers, shorter searches."""
+    ops = set(rule.ops)
+    chosen: list = []
+    changed = True
+    while changed:
+        changed = False
+        for ax in axioms:
+            if ax in chosen:
+                continue
+            if {n.op for n in ax.source} <= ops:
+                chosen.append(ax)
+                new = {n.op for n in ax.target if n.op != "const"} - ops
+                ops |= new
+                changed = True
+    return [ax for ax in axioms if ax in chosen]
+
+
+def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
+    """The axiomatic proof from the relevant axioms; Z3 runs in the solver process under a hard deadline."""
+    from .axiomatic import prove
+
+    enc, formulas = _axiom_formulas(axioms)
+    names = {ax.name for ax in relevant_axioms(rule, axioms)}
+    status, detail = prove(rule, axioms, limit, formulas=[f for f in formulas if f[0] in names], enc=enc,
+                           check=lambda solver: check_smt2(solver.to_smt2(), limit, {"smt.mbqi": False}))
+    if status == "proven":
+        return status, f"{len(names)} of {len(axioms)} axioms"
+    return status, detail
 
 
 def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False) -> VerifyResult:
-    """Verify one rule (an axiom gets the bounded proof only, with a target that must build)."""
+    """Verify one rule (an axiom gets the bounded proof only, with a target that must build).
+
+    Verified: the bounded proof covers the rule's choices and proves every instance, and the axiomatic proof
+    succeeds, or does not apply (operators without axioms, or an opt-out with a reason: "bounded-only")."""
     t0 = time.perf_counter()
     methods = [bounded_check(rule, strict=is_axiom)]
     if not is_axiom and methods[0].status == "proven":
         methods.append(axiomatic_check(rule, axioms or []))
     b = methods[0].status
+    proof = ""
     if b == "refuted":
         status = "refuted"
     elif b == "proven" and all(m.status in ("proven", "skipped") for m in methods):
         status = "verified"
+        ax = methods[1] if len(methods) > 1 else None
+        proof = "bounded" if is_axiom else "bounded+axiomatic" if ax and ax.status == "proven" else \
+            f"bounded-only ({ax.detail if ax else 'no axioms'})"
     else:
         status = "unproven"
-    return VerifyResult(rule.name, status, methods, time.perf_counter() - t0)
+    return VerifyResult(rule.name, status, methods, time.perf_counter() - t0, proof=proof)
 
 
 # ---------------------------------------------------------------- cache
@@ -454,13 +505,24 @@ class Cache:
             log.warning("cannot write the rule cache %s: %s", self.path, err)
 
 
+def axioms_file_hash(path: Optional[Path] = None) -> str:
+    """sha256 of the axiom file's bytes (any edit of the file re-verifies every rule)."""
+    try:
+        return hashlib.sha256(Path(path or AXIOMS_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return "no-axioms-file"
+
+
 def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
+    """The cache key: the verifier version, the rule's canonical form (not its name) and, for rules, the axioms
+    used (their content and the axiom file's hash)."""
     h = hashlib.sha256()
     h.update(VERIFIER_VERSION.encode())
     h.update(b"axiom" if is_axiom else b"rule")
     h.update(rule.canonical.encode())
     if not is_axiom:
         h.update(axioms_hash.encode())
+        h.update(axioms_file_hash().encode())
     return h.hexdigest()
 
 
@@ -468,27 +530,28 @@ def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
 _POOL_WORK: dict = {}
 
 
+def _pool_init(rules: list, axioms: list, is_axiom: bool) -> None:
+    _POOL_WORK["job"] = (rules, axioms, is_axiom)
+    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
+
+
 def _work(i: int) -> tuple:
     rules, axioms, is_axiom = _POOL_WORK["job"]
-    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
     return i, verify_rule(rules[i], axioms, is_axiom)
 
 
 def _run(rules: list, axioms: list, is_axiom: bool, jobs: int) -> list:
-    if jobs <= 1 or len(rules) <= 1:
+    """verify_rule for each rule, in `jobs` worker processes (forkserver; each keeps its own solver process)."""
+    if jobs <= 1 or len(rules) <= 1 or multiprocessing.current_process().daemon:
         return [verify_rule(r, axioms, is_axiom) for r in rules]
-    try:
-        ctx = multiprocessing.get_context("fork")
-    except ValueError:
-        return [verify_rule(r, axioms, is_axiom) for r in rules]
-    _POOL_WORK["job"] = (rules, axioms, is_axiom)
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     out: list = [None] * len(rules)
-    try:
-        with ctx.Pool(min(jobs, len(rules))) as pool:
-            for i, res in pool.imap_unordered(_work, range(len(rules))):
-                out[i] = res
-    finally:
-        _POOL_WORK.pop("job", None)
+    with _main_not_reimported(), ProcessPoolExecutor(min(jobs, len(rules)), mp_context=_context(),
+                                                     initializer=_pool_init, initargs=(rules, axioms, is_axiom)) as pool:
+        for fut in as_completed([pool.submit(_work, i) for i in range(len(rules))]):
+            i, res = fut.result()
+            out[i] = res
     return out
 
 
@@ -521,7 +584,7 @@ def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int]
     for i, (r, k) in enumerate(zip(rules, keys)):
         hit = cache.get(k) if cache is not None else None
         if hit is not None:
-            hit.digest = k
+            hit.digest, hit.rule = k, r.name  # the key is the rule's content: the name may differ
             results[i] = hit
         else:
             todo.append(i)
