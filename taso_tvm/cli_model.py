@@ -12,11 +12,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .check import CheckError, CheckFailed, check_tolerances, compare, random_feeds, run_onnx
+from . import errors as _errors
 
 log = logging.getLogger("taso_tvm")
 
 
-class CLIError(Exception):
+class CLIError(_errors.SettingsError):
     """A user error: printed as one line, exit status 2."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import yaml
+from .. import errors as _errors
 
 BACKENDS = ("auto", "tvm", "ort", "analytic")
 # "auto": measure on the runtime that will run the result (ORT for an ONNX output, TVM on the build target)
@@ -27,7 +28,7 @@ DEFAULT_ROOFLINE: dict[str, dict[str, float]] = {
 }
 
 
-class CostConfigError(ValueError):
+class CostConfigError(_errors.SettingsError, ValueError):
     """A cost setting is missing, unreadable or wrong; the message is one line."""
 
 

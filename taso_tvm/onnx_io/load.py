@@ -10,13 +10,14 @@ from typing import Mapping, Optional, Sequence, Union
 import onnx
 import tvm
 from tvm import relax
+from .. import errors as _errors
 
 log = logging.getLogger(__name__)
 
 ModelLike = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(_errors.ModelError, ValueError):
     """A model could not be read or imported. The message is one line naming the file and the cause."""
 
 

@@ -11,12 +11,13 @@ import os
 from typing import Any, Optional
 
 import yaml
+from .. import errors as _errors
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
 SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 10, "time_limit": None, "region_size": 32}
 
 
-class SettingsError(ValueError):
+class SettingsError(_errors.SettingsError, ValueError):
     """An unreadable or malformed settings file; one line naming the file and the problem."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from .. import errors as _errors
 
 
 class LMap(dict):
@@ -26,7 +27,7 @@ class LList(list):
         return self.item_lines[i] if 0 <= i < len(self.item_lines) else self.line
 
 
-class YamlError(ValueError):
+class YamlError(_errors.RuleFileError, ValueError):
     def __init__(self, msg: str, line: int):
         super().__init__(msg)
         self.msg, self.line = msg, line

@@ -1,0 +1,102 @@
+"""The project's exception family: every error a user can cause is a `TasoError` with a one-line message, and its
+class says which exit status the command line gives it (see `exit_code`).
+
+    TasoError                        exit 2 unless a subclass says otherwise
+    ├── InputError                   bad input or settings (exit 2)
+    │   ├── ModelError               an unreadable, malformed or unsupported model (ModelLoadError, PrepareError,
+    │   │                            GraphError)
+    │   ├── RuleFileError            a rule file that does not parse, names an unknown op, or is refuted
+    │   ├── SettingsError            a settings file, flag or path that is wrong (CLIError, CostConfigError)
+    │   └── CostError                the cost model cannot run as configured (a cache path that is not ours)
+    ├── ExportError                  a Relax module that cannot be written as ONNX (exit 2)
+    ├── CheckRefused                 the numeric check refused the result (exit 1; CheckFailed)
+    └── Interrupted                  Ctrl-C (exit 130)
+
+Modules keep their own names for their errors (ModelLoadError, RuleError, ...) and derive them from these
+classes, also keeping the builtin base they had (ValueError, RuntimeError), so existing `except` clauses still
+work. This module imports nothing from the project: anything may import it.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_CHECK = 1
+EXIT_INPUT = 2
+EXIT_BUG = 3
+EXIT_INTERRUPTED = 130
+
+
+class TasoError(Exception):
+    """An error the user can act on; `str()` is one line naming the file, node, rule or setting at fault."""
+
+    exit_code = EXIT_INPUT
+
+
+class InputError(TasoError):
+    """Bad input or settings."""
+
+
+class ModelError(InputError):
+    """The model cannot be read, is malformed, or uses what we cannot handle."""
+
+
+class RuleFileError(InputError):
+    """A rule file that cannot be read or parsed, uses an unknown operator, or holds a rule the verifier refutes."""
+
+
+class SettingsError(InputError):
+    """A setting (config file, flag, output path) that is wrong."""
+
+
+class CostError(InputError):
+    """The cost model cannot run as configured."""
+
+
+class ExportError(TasoError):
+    """A module that cannot be written as ONNX."""
+
+
+class CheckRefused(TasoError):
+    """The optimized model does not compute what the original computes (or cannot be checked)."""
+
+    exit_code = EXIT_CHECK
+
+
+class Interrupted(TasoError):
+    """The user pressed Ctrl-C (or TVM reported a KeyboardInterrupt raised inside one of our callbacks)."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def exit_code(err: BaseException) -> int:
+    """The command line's exit status for an exception: 130 for an interrupt (also when TVM wrapped it in a
+    RuntimeError), the family's code for a TasoError, EXIT_BUG for anything else."""
+    if is_interrupt(err):
+        return EXIT_INTERRUPTED
+    if isinstance(err, TasoError):
+        return err.exit_code
+    return EXIT_BUG
+
+
+def is_interrupt(err: BaseException) -> bool:
+    """KeyboardInterrupt, or an exception TVM made of one (its FFI turns a KeyboardInterrupt raised in a Python
+    callback into an error whose text names it)."""
+    if isinstance(err, (KeyboardInterrupt, Interrupted)):
+        return True
+    seen = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        if not isinstance(e, TasoError) and "KeyboardInterrupt" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def one_line(err: BaseException) -> str:
+    """The first non-empty line of an exception's text (its class name if it has none)."""
+    for line in str(err).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(err).__name__
