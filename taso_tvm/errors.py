@@ -100,3 +100,17 @@ def one_line(err: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(err).__name__
+
+
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of `choices` to a misspelled `word`, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_key(what: str, key: str, choices, where: str = "") -> str:
+    """One line for an unknown setting: its name, a near miss if there is one, and the settings there are."""
+    return (f"unknown {what} '{key}'{where}{did_you_mean(key, choices)}; known: "
+            f"{', '.join(sorted(str(c) for c in choices))}")
