@@ -155,6 +155,9 @@ def _check(cfg: CostConfig, where: str) -> CostConfig:
         raise CostConfigError(f"repeat must be >= 1, number >= 0, min_repeat_ms >= 0{where}")
     if cfg.rpc:
         parse_rpc(cfg.rpc)
+    from .cache import check_cache_path
+
+    check_cache_path(cfg.cache_path)  # a directory or a file not ours is an error now, before any work
     return cfg
 
 
