@@ -336,8 +336,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.module):
         raise CLIError(f"cannot read '{args.module}': no such file")
+    from .quiet import quiet
+
     try:
-        lib = tvm.runtime.load_module(args.module)
+        with quiet(not getattr(args, "verbose", False)):  # TVM logs a "Scope Loaded:" line per memory scope
+            lib = tvm.runtime.load_module(args.module)
     except Exception as e:
         raise CLIError(f"'{args.module}' is not a TVM module: {str(e).splitlines()[-1]}") from None
     dev = tvm.cuda() if args.device == "cuda" else tvm.cpu()
@@ -357,7 +360,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"output {i}: shape {tuple(o.shape)} dtype {o.dtype} mean {float(np.mean(o)):.6g} "
               f"std {float(np.std(o)):.6g}")
     if args.outputs:
-        np.savez(args.outputs, *outs)
+        from .fileio import atomic_write
+
+        atomic_write(args.outputs if args.outputs.endswith(".npz") else args.outputs + ".npz",
+                     lambda f: np.savez(f, *outs))
     if args.print_time:
         timer = vm.time_evaluator("main", dev, number=1, repeat=max(1, args.repeat))
         res = timer(*tensors)
@@ -374,8 +380,9 @@ def write_signature(module_path: str, proto: Any, shapes: Optional[dict]) -> Non
     """Save the inputs' names, shapes and dtypes beside the library, so `run` can make inputs itself."""
     feeds = random_feeds(proto, shapes)
     sig = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
-    with open(signature_path(module_path), "w") as f:
-        json.dump(sig, f, indent=1)
+    from .fileio import atomic_write_text
+
+    atomic_write_text(signature_path(module_path), json.dumps(sig, indent=1))
 
 
 def _random_vm_inputs(module_path: str) -> list:

@@ -52,10 +52,15 @@ def parse_shapes(text: str) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     for m in re.finditer(r"\s*([^:,\[\]]+?)\s*:\s*\[([^\]]*)\]\s*(?:,|$)", text):
         dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+        entry = m.group(0).strip(", ")
         try:
-            shapes[m.group(1)] = [int(d) for d in dims]
+            dims_i = [int(d) for d in dims]
         except ValueError:
-            raise ModelLoadError(f"bad --input-shapes entry '{m.group(0).strip(', ')}': dims must be integers") from None
+            raise ModelLoadError(f"bad --input-shapes entry '{entry}': dims must be integers") from None
+        if any(d < 1 for d in dims_i) or m.group(1) in shapes:
+            why = "dims must be >= 1" if any(d < 1 for d in dims_i) else f"'{m.group(1)}' is given twice"
+            raise ModelLoadError(f"bad --input-shapes entry '{entry}': {why}")
+        shapes[m.group(1)] = dims_i
     if not shapes and text.strip():
         raise ModelLoadError(f"bad --input-shapes '{text}': expected name:[d1,d2,...],name2:[...]")
     return shapes
