@@ -199,6 +199,13 @@ def _first_interrupt_raises_second_exits() -> Iterator[None]:
     def on_sigint(signum: int, frame: Any) -> None:
         pressed.append(signum)
         if len(pressed) > 1:
+            import multiprocessing
+
+            from .fileio import remove_pending
+
+            remove_pending()
+            for child in multiprocessing.active_children():  # workers (they ignore Ctrl-C) go with us
+                child.kill()
             os.write(2, b"taso-tvm: interrupted\n")
             os._exit(130)
         raise KeyboardInterrupt
