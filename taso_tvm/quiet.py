@@ -39,3 +39,19 @@ def quiet(enabled: bool = True) -> Iterator[None]:
             for fd, s in zip((sys.stdout.fileno(), sys.stderr.fileno()), saved):
                 os.dup2(s, fd)
                 os.close(s)
+
+
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while worker processes are started: they inherit the blocked signal (through
+    fork and exec), so a Ctrl-C reaches only this process, which stops them; here it is delivered on exit."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from ..graph import GraphError, TensorGraph
+from ..quiet import sigint_blocked
 from .instances import Instance, NoInstance, iter_instances, numpy_check
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
@@ -466,13 +467,6 @@ def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
 _POOL_WORK: dict = {}
 
 
-def _ignore_sigint() -> None:
-    """Pool initializer: Ctrl-C is the parent's (leaving the pool terminates the workers), not a worker traceback."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _work(i: int) -> tuple:
     rules, axioms, is_axiom = _POOL_WORK["job"]
     logging.getLogger("taso_tvm").setLevel(logging.WARNING)
@@ -489,7 +483,9 @@ def _run(rules: list, axioms: list, is_axiom: bool, jobs: int) -> list:
     _POOL_WORK["job"] = (rules, axioms, is_axiom)
     out: list = [None] * len(rules)
     try:
-        with ctx.Pool(min(jobs, len(rules)), initializer=_ignore_sigint) as pool:
+        with sigint_blocked():  # workers start with Ctrl-C blocked: it is ours to handle (leaving the pool ends them)
+            pool = ctx.Pool(min(jobs, len(rules)))
+        with pool:
             for i, res in pool.imap_unordered(_work, range(len(rules))):
                 out[i] = res
     finally:
