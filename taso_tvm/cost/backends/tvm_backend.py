@@ -105,10 +105,15 @@ class TvmBackend(Backend):
     def _drop_pool(self) -> None:
         if self._pool is not None:
             procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            manager = getattr(self._pool, "_executor_manager_thread", None)
             self._pool.shutdown(wait=False)  # queued work fails with the workers (no cancel: CPython gh-107219)
             for p in procs:
                 if p.is_alive():
                     p.terminate()
+            for p in procs:  # reaped now, and the pool's thread gone, so nothing is left for interpreter exit
+                p.join(5)
+            if manager is not None:
+                manager.join(5)
             self._pool = None
 
     def build(self, sigs: Sequence[KernelSig], progress: Optional[Progress] = None) -> dict[KernelSig, BuildResult]:
