@@ -113,7 +113,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     goes to a crash file, not the screen)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = any(a in ("-v", "--verbose") for a in argv)
-    with _first_interrupt_raises_second_exits():
+    from .quiet import native_stderr_off
+
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    with native_stderr_off(not verbose), _first_interrupt_raises_second_exits():
         try:
             with _quiet_warnings(not verbose):
                 return _run(argv)
@@ -121,6 +125,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         except BaseException as e:  # noqa: BLE001  (this is the one place that reports every error)
             return report_error(e, argv)
+        finally:
+            for h in root.handlers[:]:  # the handler made for this run writes to this run's stderr
+                if h not in handlers:
+                    root.removeHandler(h)
 
 
 def _run(argv: list) -> int:
@@ -206,8 +214,11 @@ def _first_interrupt_raises_second_exits() -> Iterator[None]:
             remove_pending()
             for child in multiprocessing.active_children():  # workers (they ignore Ctrl-C) go with us
                 child.kill()
-            os.write(2, b"taso-tvm: interrupted\n")
-            os._exit(130)
+            try:
+                sys.stderr.write("taso-tvm: interrupted\n")
+                sys.stderr.flush()
+            finally:
+                os._exit(130)
         raise KeyboardInterrupt
 
     try:
