@@ -175,7 +175,7 @@ def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
 
     text = (f"taso-tvm {' '.join(argv)}\npython {platform.python_version()} on {platform.platform()}\n\n"
             + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
-    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**9:09d}.txt"
     for folder in (os.environ.get(CRASH_DIR_ENV), os.path.expanduser("~/.cache/taso_tvm"), tempfile.gettempdir()):
         if not folder:
             continue

@@ -44,6 +44,11 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
                              ) from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
+    from .sanity import model_problem
+
+    why = model_problem(proto)
+    if why:
+        raise ModelLoadError(f"{label} is not a valid ONNX model: {why}")
     return proto, label
 
 
