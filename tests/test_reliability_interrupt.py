@@ -166,3 +166,49 @@ def test_real_sigint_to_the_process_group_during_kernel_builds(tmp_path):
         assert p.returncode == 0 and out.exists(), (p.returncode, stderr)
     assert leftovers(tmp_path) == []
     assert not list(tmp_path.glob("taso_tvm_kernels_*")), "the kernels' temporary folder was left"
+
+
+SLOW_CLEANUP = """
+import sys, time
+from pathlib import Path
+import taso_tvm.onnx_io
+
+def read_onnx(*a, **k):
+    Path(sys.argv[1]).write_text("loading")
+    try:
+        time.sleep(60)  # the first Ctrl-C lands here
+    finally:
+        Path(sys.argv[1]).write_text("cleaning up")
+        time.sleep(60)  # a slow cleanup: the second Ctrl-C must not wait for it
+
+taso_tvm.onnx_io.read_onnx = read_onnx
+from taso_tvm.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    marker = tmp_path / "phase"
+    model = save(pair_model(), tmp_path / "m.onnx")
+    p = subprocess.Popen([sys.executable, "-c", SLOW_CLEANUP, str(marker), "optimize", str(model), "-o",
+                          str(tmp_path / "out.onnx")] + FAST, cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def wait_for(text):
+        end = time.monotonic() + 60
+        while time.monotonic() < end and p.poll() is None:
+            if marker.exists() and marker.read_text() == text:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"never reached {text!r}")
+
+    wait_for("loading")
+    os.killpg(p.pid, signal.SIGINT)
+    wait_for("cleaning up")
+    t = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    _, stderr = p.communicate(timeout=30)
+    assert time.monotonic() - t < 5
+    assert p.returncode == 130
+    assert stderr.strip().splitlines() == ["taso-tvm: interrupted"]
+    assert not (tmp_path / "out.onnx").exists() and leftovers(tmp_path) == []
