@@ -117,14 +117,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     root = logging.getLogger()
     handlers = list(root.handlers)
-    with native_stderr_off(not verbose), _first_interrupt_raises_second_exits():
+    with native_stderr_off(not verbose), _first_interrupt_raises_second_exits() as pressed:
         try:
             with _quiet_warnings(not verbose):
                 return _run(argv)
         except SystemExit:  # argparse's usage errors (exit 2) and --help (exit 0)
             raise
         except BaseException as e:  # noqa: BLE001  (this is the one place that reports every error)
-            return report_error(e, argv)
+            from .errors import TasoError
+
+            # after a Ctrl-C, what a library made of it (TVM: an empty RuntimeError) is the interrupt, not a bug
+            return report_error(KeyboardInterrupt() if pressed and not isinstance(e, TasoError) else e, argv)
         finally:
             for h in root.handlers[:]:  # the handler made for this run writes to this run's stderr
                 if h not in handlers:
@@ -192,20 +195,23 @@ def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
-def _first_interrupt_raises_second_exits() -> Iterator[None]:
+def _first_interrupt_raises_second_exits() -> Iterator[list]:
     """Ctrl-C raises KeyboardInterrupt once (so workers stop and temporary files go); a second one, while that
-    cleanup runs, exits at once with status 130."""
+    cleanup runs, exits at once with status 130. Yields the list of presses so far."""
     import os
     import signal
     import threading
 
+    pressed: list = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield pressed
         return
-    pressed = []
 
     def on_sigint(signum: int, frame: Any) -> None:
         pressed.append(signum)
+        ffi = sys.modules.get("tvm_ffi")
+        if ffi is not None:  # let the KeyboardInterrupt cross TVM's FFI as itself
+            ffi.register_error(KeyboardInterrupt)
         if len(pressed) > 1:
             import multiprocessing
 
@@ -224,10 +230,10 @@ def _first_interrupt_raises_second_exits() -> Iterator[None]:
     try:
         previous = signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main thread of the main interpreter
-        yield
+        yield pressed
         return
     try:
-        yield
+        yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
 

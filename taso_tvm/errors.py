@@ -1,16 +1,20 @@
 """The project's exception family: every error a user can cause is a `TasoError` with a one-line message, and its
 class says which exit status the command line gives it (see `exit_code`).
 
-    TasoError                        exit 2 unless a subclass says otherwise
-    ├── InputError                   bad input or settings (exit 2)
-    │   ├── ModelError               an unreadable, malformed or unsupported model (ModelLoadError, PrepareError,
-    │   │                            GraphError)
-    │   ├── RuleFileError            a rule file that does not parse, names an unknown op, or is refuted
-    │   ├── SettingsError            a settings file, flag or path that is wrong (CLIError, CostConfigError)
-    │   └── CostError                the cost model cannot run as configured (a cache path that is not ours)
-    ├── ExportError                  a Relax module that cannot be written as ONNX (exit 2)
-    ├── CheckRefused                 the numeric check refused the result (exit 1; CheckFailed)
-    └── Interrupted                  Ctrl-C (exit 130)
+    TasoError                     exit 2 unless a subclass says otherwise
+    +-- InputError                bad input or settings (exit 2)
+    |   +-- ModelError            onnx_io.ModelLoadError, onnx_opt.PrepareError, graph.GraphError (CycleError,
+    |   |                         TypeMismatch)
+    |   +-- RuleFileError         rules.RuleError, rules.YamlError, rules.ExprError; a refuted or unproven rule
+    |   |                         in a file the user named
+    |   +-- SettingsError         relay_pass.settings.SettingsError, cost.config.CostConfigError, cli_model.CLIError
+    |   +-- CostError             cost.cache.CostCacheError (a cache path that is not ours)
+    +-- ExportError               onnx_io.export.ExportError (exit 2)
+    +-- CheckRefused              check.CheckFailed, check.CheckError: the check refused the result (exit 1)
+    +-- Interrupted               Ctrl-C (exit 130); also a KeyboardInterrupt, or an error TVM made of one
+
+    Exit statuses: 0 done, 1 the check refused the result, 2 bad input or settings, 130 interrupted, 3 anything
+    else (a bug: one line on the screen, the traceback in a crash file).
 
 Modules keep their own names for their errors (ModelLoadError, RuleError, ...) and derive them from these
 classes, also keeping the builtin base they had (ValueError, RuntimeError), so existing `except` clauses still
