@@ -68,12 +68,15 @@ def test_interrupt_while_building_kernels(tmp_path, monkeypatch, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("cost:\n  cache: ''\n  build_jobs: 1\n")
     model = save(pair_model(), tmp_path / "m.onnx")
-    rc, err, _ = run_main(["optimize", model, "-o", tmp_path / "out.onnx", "--config", cfg, "--cost-backend", "tvm",
-                           "--no-time-check"], capsys)
-    assert rc == 130
-    assert_one_line(err, "interrupted")
+    rc, err, out = run_main(["optimize", model, "-o", tmp_path / "out.onnx", "--config", cfg, "--cost-backend",
+                             "tvm", "--no-time-check"], capsys)
+    if rc == 130:  # a build for the first cost, before the search
+        assert_one_line(err, "interrupted")
+        assert not (tmp_path / "out.onnx").exists()
+    else:  # kernels are built as the search costs candidates: an interrupt there ends the search, best so far
+        assert rc == 0 and "stopped: interrupt" in out and (tmp_path / "out.onnx").exists(), (rc, err)
     assert list((tmp_path / "tmp").iterdir()) == []  # the kernels' folder is gone
-    assert not (tmp_path / "out.onnx").exists() and leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == []
     assert multiprocessing.active_children() == []
 
 
