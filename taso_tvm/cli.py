@@ -151,6 +151,17 @@ def report_error(err: BaseException, argv: Sequence[str] = ()) -> int:
     from .errors import EXIT_BUG, EXIT_CHECK, EXIT_INTERRUPTED, exit_code, one_line
 
     code = exit_code(err)
+    if isinstance(err, BrokenPipeError):  # `taso-tvm zoo list | head -1`: the reader left, nothing to say
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141
+    if code == EXIT_BUG and isinstance(err, OSError) and err.filename:  # disk full, permissions: not a bug
+        print(f"taso-tvm: error: cannot access '{err.filename}': {err.strerror or one_line(err)}", file=sys.stderr)
+        return 2
     if code == EXIT_INTERRUPTED:
         print("taso-tvm: interrupted", file=sys.stderr)
     elif code == EXIT_CHECK:

@@ -336,11 +336,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.module):
         raise CLIError(f"cannot read '{args.module}': no such file")
-    from .quiet import quiet
-
+    _writable(args.outputs)
     try:
-        with quiet(not getattr(args, "verbose", False)):  # TVM logs a "Scope Loaded:" line per memory scope
-            lib = tvm.runtime.load_module(args.module)
+        lib = tvm.runtime.load_module(args.module)
     except Exception as e:
         raise CLIError(f"'{args.module}' is not a TVM module: {str(e).splitlines()[-1]}") from None
     dev = tvm.cuda() if args.device == "cuda" else tvm.cpu()

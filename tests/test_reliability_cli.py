@@ -244,3 +244,23 @@ def test_run_is_quiet_and_writes_outputs_atomically(tmp_path, capfd):
     assert leftovers(tmp_path) == []
     assert main(["run", str(tmp_path / "m.onnx")]) == 2  # not a TVM module: one line
     assert len(capfd.readouterr().err.strip().splitlines()) == 1
+
+
+def test_run_outputs_into_a_missing_folder_and_an_os_error(tmp_path, capsys, monkeypatch):
+    save(pair_model(), tmp_path / "m.onnx")
+    rc, err, _ = run_main(["compile", tmp_path / "m.onnx", "--target", "llvm", "--no-optimize", "-o",
+                           tmp_path / "m.so"], capsys)
+    assert rc == 0, err
+    rc, err, _ = run_main(["run", tmp_path / "m.so", "--outputs", tmp_path / "no" / "o.npz"], capsys)
+    assert rc == 2
+    assert_one_line(err, "does not exist")
+
+    import taso_tvm.fileio
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "o.npz"))
+
+    monkeypatch.setattr(taso_tvm.fileio, "atomic_write", full)
+    rc, err, _ = run_main(["run", tmp_path / "m.so", "--outputs", tmp_path / "o.npz"], capsys)
+    assert rc == 2
+    assert_one_line(err, "No space left on device", "o.npz")

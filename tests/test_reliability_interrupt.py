@@ -215,3 +215,15 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert p.returncode == 130
     assert stderr.strip().splitlines() == ["taso-tvm: interrupted"]
     assert not (tmp_path / "out.onnx").exists() and leftovers(tmp_path) == []
+
+
+def test_interrupt_while_compiling(tmp_path, monkeypatch, capsys):
+    """`compile`: an interrupt in TVM's build leaves no library and no signature file."""
+    import tvm
+
+    monkeypatch.setattr(tvm, "compile", _interrupt)
+    model = save(pair_model(), tmp_path / "m.onnx")
+    rc, err, _ = run_main(["compile", model, "--target", "llvm", "--no-optimize", "-o", tmp_path / "m.so"], capsys)
+    assert rc == 130
+    assert_one_line(err, "interrupted")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
