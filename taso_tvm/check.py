@@ -21,6 +21,7 @@ import math
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
+
 from . import errors as _errors
 
 log = logging.getLogger(__name__)

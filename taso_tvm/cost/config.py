@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import yaml
+
 from .. import errors as _errors
 
 BACKENDS = ("auto", "tvm", "ort", "analytic")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Union
+
 from .. import errors as _errors
 
 Dim = Union[int, str]  # a static size, or the name of a symbolic dimension

@@ -10,6 +10,7 @@ from typing import Mapping, Optional, Sequence, Union
 import onnx
 import tvm
 from tvm import relax
+
 from .. import errors as _errors
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ import os
 from typing import Any, Optional
 
 import yaml
+
 from .. import errors as _errors
 
 CONFIG_ENV = "TASO_TVM_CONFIG"

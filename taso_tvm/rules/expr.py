@@ -24,6 +24,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
+
 from .. import errors as _errors
 
 

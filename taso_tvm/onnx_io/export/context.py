@@ -20,6 +20,7 @@ from onnx import TensorProto, numpy_helper
 
 import tvm
 from tvm import relax
+
 from ... import errors as _errors
 
 
