@@ -131,7 +131,8 @@ def _check_type(name: str, v: Any, where: str) -> None:
             bad = "true or false"
     elif name == "roofline":
         if v is not None and not isinstance(v, dict):
-            bad = "a mapping of target kind to peaks"
+            raise CostConfigError(f"cost setting 'roofline'{where} must be a mapping of target kind to peaks, got "
+                                  f"{v!r}")
         for kind, peaks in (v or {}).items():
             if peaks is None:
                 continue

@@ -19,17 +19,35 @@ def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
                     yield from _graphs(sub)
 
 
+def _not_text(msg, where: str = "model") -> str:
+    """The first string field (names, doc strings, metadata) anywhere in `msg` that protobuf handed back as bytes
+    because it is not UTF-8, as a path like 'graph.node[3].name', or ''."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    for fd, value in msg.ListFields():
+        path = f"{where}.{fd.name}"
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == F.LABEL_REPEATED
+        if fd.type == F.TYPE_STRING:
+            items = value if repeated else [value]
+            for k, v in enumerate(items):
+                if not isinstance(v, str):
+                    return f"{path}[{k}]" if repeated else path
+        elif fd.type == F.TYPE_MESSAGE:
+            items = value if repeated else [value]
+            for k, v in enumerate(items):
+                bad = _not_text(v, f"{path}[{k}]" if repeated else path)
+                if bad:
+                    return bad
+    return ""
+
+
 def model_problem(proto: onnx.ModelProto) -> str:
     """Why `proto` cannot be a valid model (a name that is not text, an initializer whose data does not match its
     shape and type), or ''."""
+    bad = _not_text(proto)
+    if bad:
+        return f"{bad} is not UTF-8 text"
     for g in _graphs(proto.graph):
-        for i, n in enumerate(g.node):
-            names = [n.op_type, n.name, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
-            if not all(isinstance(x, str) for x in names):
-                return f"node {i} of graph '{g.name}' has a name that is not UTF-8 text"
-        for vi in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
-            if not isinstance(vi.name, str):
-                return f"graph '{g.name}' has a tensor name that is not UTF-8 text"
         for t in g.initializer:
             if t.data_location == onnx.TensorProto.EXTERNAL:
                 continue
