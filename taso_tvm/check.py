@@ -22,6 +22,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from . import errors as _errors
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RTOL = 1e-3
@@ -32,7 +34,7 @@ INT_HIGH = 8  # random integer inputs lie in [0, INT_HIGH): valid indices for an
 Feeds = Mapping[str, np.ndarray]
 
 
-class CheckFailed(Exception):
+class CheckFailed(_errors.CheckRefused):
     """The optimized model differs from the original (or does not load or run where the original does)."""
 
 

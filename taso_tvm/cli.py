@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+import warnings
 from collections import Counter
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from .cli_model import CLIError, add_model_commands
 
 log = logging.getLogger("taso_tvm")
-
-
-from .cli_model import CheckFailed, CLIError, add_model_commands
 
 
 def _load_model(path: str, input_shapes: Optional[str]):
@@ -31,11 +32,20 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         model = zoo.get_model(args.name, seed=args.seed, **kwargs)
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
-    import onnx
+    from .fileio import atomic_write_bytes
 
-    onnx.save(model, args.output)
+    _check_writable(args.output)
+    atomic_write_bytes(args.output, model.SerializeToString())
     print(f"wrote {args.output} ({args.name}: {len(model.graph.node)} nodes)")
     return 0
+
+
+def _check_writable(path: str) -> None:
+    from .fileio import writable_target
+
+    why = writable_target(path)
+    if why:
+        raise CLIError(why)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -98,7 +108,33 @@ def _delegate(module: str, argv: list) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command; the one place that turns exceptions into a one-line message and an exit status:
+    0 done, 1 the check refused the result, 2 bad input or settings, 130 interrupted, 3 a bug (its traceback
+    goes to a crash file, not the screen)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("-v", "--verbose") for a in argv)
+    from .quiet import native_stderr_off
+
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    with native_stderr_off(not verbose), _first_interrupt_raises_second_exits() as pressed:
+        try:
+            with _quiet_warnings(not verbose):
+                return _run(argv)
+        except SystemExit:  # argparse's usage errors (exit 2) and --help (exit 0)
+            raise
+        except BaseException as e:  # noqa: BLE001  (this is the one place that reports every error)
+            from .errors import TasoError
+
+            # after a Ctrl-C, what a library made of it (TVM: an empty RuntimeError) is the interrupt, not a bug
+            return report_error(KeyboardInterrupt() if pressed and not isinstance(e, TasoError) else e, argv)
+        finally:
+            for h in root.handlers[:]:  # the handler made for this run writes to this run's stderr
+                if h not in handlers:
+                    root.removeHandler(h)
+
+
+def _run(argv: list) -> int:
     if argv and argv[0] in DELEGATED:  # sub-tools with their own command lines
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return _delegate(DELEGATED[argv[0]][0], argv)
@@ -106,21 +142,124 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from .graph import GraphError
-    from .onnx_io import ModelLoadError
-
     func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return func(args)
-    except (CLIError, ModelLoadError, GraphError) as e:
-        print(f"taso-tvm: error: {e}", file=sys.stderr)
+    return func(args)
+
+
+def report_error(err: BaseException, argv: Sequence[str] = ()) -> int:
+    """Print one line for `err` on stderr and return its exit status (see `main`)."""
+    from .errors import EXIT_BUG, EXIT_CHECK, EXIT_INTERRUPTED, exit_code, one_line
+
+    code = exit_code(err)
+    if isinstance(err, BrokenPipeError):  # `taso-tvm zoo list | head -1`: the reader left, nothing to say
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141
+    if code == EXIT_BUG and isinstance(err, OSError) and err.filename:  # disk full, permissions: not a bug
+        print(f"taso-tvm: error: cannot access '{err.filename}': {err.strerror or one_line(err)}", file=sys.stderr)
         return 2
-    except CheckFailed as e:
-        print(f"taso-tvm: check failed: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+    if code == EXIT_INTERRUPTED:
         print("taso-tvm: interrupted", file=sys.stderr)
-        return 130
+    elif code == EXIT_CHECK:
+        print(f"taso-tvm: check failed: {one_line(err)}", file=sys.stderr)
+    elif code == EXIT_BUG:
+        where = _save_crash(err, argv)
+        print(f"taso-tvm: internal error ({type(err).__name__}: {one_line(err)[:200]}); this is a bug, please "
+              f"report it with {where}", file=sys.stderr)
+    else:
+        print(f"taso-tvm: error: {one_line(err)}", file=sys.stderr)
+    return code
+
+
+CRASH_DIR_ENV = "TASO_TVM_CRASH_DIR"
+
+
+def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
+    """Write the traceback to crash-<time>-<pid>.txt under $TASO_TVM_CRASH_DIR, ~/.cache/taso_tvm or the temp
+    dir (the first that can be written); returns its path (or a note that none could be)."""
+    import os
+    import platform
+    import tempfile
+    import time
+    import traceback
+
+    text = (f"taso-tvm {' '.join(argv)}\npython {platform.python_version()} on {platform.platform()}\n\n"
+            + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**9:09d}.txt"
+    for folder in (os.environ.get(CRASH_DIR_ENV), os.path.expanduser("~/.cache/taso_tvm"), tempfile.gettempdir()):
+        if not folder:
+            continue
+        try:
+            from .fileio import atomic_write_text
+
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, name)
+            atomic_write_text(path, text)
+            return path
+        except OSError:
+            continue
+    return "the command line (no crash file could be written)"
+
+
+@contextlib.contextmanager
+def _first_interrupt_raises_second_exits() -> Iterator[list]:
+    """Ctrl-C raises KeyboardInterrupt once (so workers stop and temporary files go); a second one, while that
+    cleanup runs, exits at once with status 130. Yields the list of presses so far."""
+    import os
+    import signal
+    import threading
+
+    pressed: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        pressed.append(signum)
+        ffi = sys.modules.get("tvm_ffi")
+        if ffi is not None:  # let the KeyboardInterrupt cross TVM's FFI as itself
+            ffi.register_error(KeyboardInterrupt)
+        if len(pressed) > 1:
+            import multiprocessing
+
+            from .fileio import remove_pending
+
+            remove_pending()
+            for child in multiprocessing.active_children():  # workers (they ignore Ctrl-C) go with us
+                child.kill()
+            try:
+                sys.stderr.write("taso-tvm: interrupted\n")
+                sys.stderr.flush()
+            finally:
+                os._exit(130)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread of the main interpreter
+        yield pressed
+        return
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _quiet_warnings(enabled: bool) -> Iterator[None]:
+    """Without --verbose, Python and NumPy warnings from the libraries stay off the screen (ours are log lines)."""
+    if not enabled:
+        yield
+        return
+    import numpy as np
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .check import CheckError, CheckFailed, check_tolerances, compare, random_feeds, run_onnx
+from . import errors as _errors
 
 log = logging.getLogger("taso_tvm")
 
 
-class CLIError(Exception):
+class CLIError(_errors.SettingsError):
     """A user error: printed as one line, exit status 2."""
 
 
@@ -348,6 +349,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.module):
         raise CLIError(f"cannot read '{args.module}': no such file")
+    _writable(args.outputs)
     try:
         lib = tvm.runtime.load_module(args.module)
     except Exception as e:
@@ -369,7 +371,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"output {i}: shape {tuple(o.shape)} dtype {o.dtype} mean {float(np.mean(o)):.6g} "
               f"std {float(np.std(o)):.6g}")
     if args.outputs:
-        np.savez(args.outputs, *outs)
+        from .fileio import atomic_write
+
+        atomic_write(args.outputs if args.outputs.endswith(".npz") else args.outputs + ".npz",
+                     lambda f: np.savez(f, *outs))
     if args.print_time:
         timer = vm.time_evaluator("main", dev, number=1, repeat=max(1, args.repeat))
         res = timer(*tensors)
@@ -386,8 +391,9 @@ def write_signature(module_path: str, proto: Any, shapes: Optional[dict]) -> Non
     """Save the inputs' names, shapes and dtypes beside the library, so `run` can make inputs itself."""
     feeds = random_feeds(proto, shapes)
     sig = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
-    with open(signature_path(module_path), "w") as f:
-        json.dump(sig, f, indent=1)
+    from .fileio import atomic_write_text
+
+    atomic_write_text(signature_path(module_path), json.dumps(sig, indent=1))
 
 
 def _random_vm_inputs(module_path: str) -> list:

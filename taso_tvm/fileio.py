@@ -6,12 +6,24 @@ import os
 import tempfile
 from typing import Any, Callable
 
+_PENDING: set = set()  # temporary files being written now (removed by `remove_pending` on a hard exit)
+
+
+def remove_pending() -> None:
+    """Delete the temporary files of writes still in progress (before an immediate exit)."""
+    for tmp in list(_PENDING):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
 
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
     """Call `write(f)` on a temporary file in `path`'s directory, then rename it to `path`."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=folder)
+    _PENDING.add(tmp)
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
@@ -24,6 +36,8 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
         except OSError:
             pass
         raise
+    finally:
+        _PENDING.discard(tmp)
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:

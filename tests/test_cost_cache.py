@@ -65,8 +65,10 @@ def test_two_processes_write_at_once(tmp_path):
 
 
 def test_corrupt_file_is_moved_aside(tmp_path, caplog):
+    """A damaged SQLite file at the cache path (ours, damaged) is moved aside; one that is not SQLite at all is
+    not ours and is an error (tests/test_reliability_cache.py)."""
     path = tmp_path / "costs.sqlite"
-    path.write_bytes(b"this is not a database" * 100)
+    path.write_bytes(b"SQLite format 3\x00" + b"this is not a database" * 100)
     with caplog.at_level(logging.WARNING, logger="taso_tvm.cost.cache"):
         c = _real()(path)
         assert c.get_many(SCOPE, ["k"]) == {}
@@ -135,7 +137,7 @@ def test_cost_model_survives_a_corrupt_cache_file(tmp_path, caplog):
     from taso_tvm.cost import CostModel, load_cost_config
 
     path = tmp_path / "c.sqlite"
-    path.write_bytes(b"\x00garbage" * 512)
+    path.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 512)  # a damaged database (see test_reliability)
     with caplog.at_level(logging.WARNING, logger="taso_tvm.cost.cache"):
         cm = CostModel(load_cost_config(cache=str(path)), backend=_CountingBackend())
         assert cm.graph_cost(_graph()) == 4.0

@@ -61,7 +61,7 @@ def test_targets():
     (dict(target='{"kind": "rocm"}'), "unknown target kind 'rocm'"),
     (dict(target="{not json"), "target is not valid JSON"),
     (dict(rpc="localhost:abc"), "rpc must be HOST:PORT:KEY"),
-    (dict(repeat=0), "repeat must be >= 1"),
+    (dict(repeat=0), "'repeat' must be an integer >= 1"),
     (dict(colour="blue"), "unknown cost setting 'colour'"),
 ])
 def test_bad_settings_give_one_line_errors(kw, msg):

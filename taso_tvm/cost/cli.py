@@ -8,7 +8,8 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from .config import CostConfigError, load_cost_config
+from ..errors import TasoError, is_interrupt, one_line
+from .config import load_cost_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,8 +57,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         cfg = load_cost_config(args.config, backend=args.backend, target=args.target, rpc=args.rpc,
                                threads=args.threads, cache=args.cache)
-    except CostConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except TasoError as e:  # a bad setting or a cache path that is not ours
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     try:
         graphs = _graphs(args.model)
@@ -70,8 +71,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             total = math.fsum(cm.graph_cost(g) for g in graphs)
             kernels = sum(len(cm.kernels(g)) for g in graphs)
             details = {r.sig: cm.details.get(r.sig) for r in rows}
+    except TasoError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
     except (RuntimeError, ValueError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        if is_interrupt(e):  # TVM's text for a KeyboardInterrupt raised in one of our callbacks
+            raise KeyboardInterrupt from None
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 1
     if args.json:
         out = {"model": args.model, "backend": cfg.backend, "target": cfg.target_dict, "total_ms": total,

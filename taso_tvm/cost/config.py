@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import yaml
+
+from .. import errors as _errors
 
 BACKENDS = ("auto", "tvm", "ort", "analytic")
 # "auto": measure on the runtime that will run the result (ORT for an ONNX output, TVM on the build target)
@@ -27,7 +30,7 @@ DEFAULT_ROOFLINE: dict[str, dict[str, float]] = {
 }
 
 
-class CostConfigError(ValueError):
+class CostConfigError(_errors.SettingsError, ValueError):
     """A cost setting is missing, unreadable or wrong; the message is one line."""
 
 
@@ -99,6 +102,53 @@ def parse_target(target: Union[str, dict]) -> dict:
     return d
 
 
+_INTS = {"threads": 0, "repeat": 1, "number": 0, "build_jobs": 0}  # name -> smallest allowed value
+_FLOATS = {"min_repeat_ms": 0.0, "build_timeout_s": 1e-9, "rpc_timeout_s": 1e-9}
+_PEAKS = ("peak_gflops", "peak_gbps", "launch_us")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_type(name: str, v: Any, where: str) -> None:
+    """Raise CostConfigError unless setting `name` has a value of the right type and range."""
+    bad = None
+    if name in _INTS:
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= _INTS[name]):
+            bad = f"an integer >= {_INTS[name]}"
+    elif name in _FLOATS:
+        if not (_number(v) and v >= _FLOATS[name]):
+            bad = "a finite number >= 0" if _FLOATS[name] == 0 else "a finite number > 0"
+    elif name in ("backend", "rpc", "cache"):
+        if not (isinstance(v, str) or (v is None and name != "backend")):
+            bad = "a string"
+    elif name == "target":
+        if not isinstance(v, (str, dict)):
+            bad = "llvm, cuda or a target mapping"
+    elif name == "progress":
+        if not isinstance(v, bool):
+            bad = "true or false"
+    elif name == "roofline":
+        if v is not None and not isinstance(v, dict):
+            raise CostConfigError(f"cost setting 'roofline'{where} must be a mapping of target kind to peaks, got "
+                                  f"{v!r}")
+        for kind, peaks in (v or {}).items():
+            if peaks is None:
+                continue
+            if not isinstance(peaks, dict):
+                raise CostConfigError(f"cost setting 'roofline.{kind}'{where} must be a mapping of "
+                                      f"{', '.join(_PEAKS)}")
+            for p, x in peaks.items():
+                if p not in _PEAKS:
+                    raise CostConfigError(_errors.unknown_key("roofline peak", f"{kind}.{p}", _PEAKS, where))
+                if not (_number(x) and x > 0):
+                    raise CostConfigError(f"cost setting 'roofline.{kind}.{p}'{where} must be a finite number > 0, "
+                                          f"got {x!r}")
+    if bad:
+        raise CostConfigError(f"cost setting '{name}'{where} must be {bad}, got {v!r}")
+
+
 def _check(cfg: CostConfig, where: str) -> CostConfig:
     if cfg.backend not in BACKENDS:
         raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use auto, tvm, ort or analytic")
@@ -107,6 +157,9 @@ def _check(cfg: CostConfig, where: str) -> CostConfig:
         raise CostConfigError(f"repeat must be >= 1, number >= 0, min_repeat_ms >= 0{where}")
     if cfg.rpc:
         parse_rpc(cfg.rpc)
+    from .cache import check_cache_path
+
+    check_cache_path(cfg.cache_path)  # a directory or a file not ours is an error now, before any work
     return cfg
 
 
@@ -153,20 +206,17 @@ def load_cost_config(path: Optional[Union[str, Path]] = None, **overrides: Any) 
         data["cache"] = env_cache
     data.update({k: v for k, v in overrides.items() if v is not None})
     names = {f.name for f in dataclasses.fields(CostConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise CostConfigError(f"unknown cost setting '{unknown[0]}'{where}: use one of {', '.join(sorted(names))}")
+    for k in data:
+        if k not in names:
+            raise CostConfigError(_errors.unknown_key("cost setting", k, names, where))
+    for k, v in data.items():
+        _check_type(k, v, where)
     if "roofline" in data:
         roof = {k: dict(v) for k, v in DEFAULT_ROOFLINE.items()}
         for kind, peaks in (data["roofline"] or {}).items():
             roof.setdefault(kind, {}).update(peaks or {})
         data["roofline"] = roof
-    try:
-        cfg = CostConfig(**data)
-    except TypeError as e:
-        raise CostConfigError(f"bad cost config{where}: {e}") from None
-    for k in ("threads", "repeat", "number", "build_jobs"):
-        setattr(cfg, k, int(getattr(cfg, k)))
-    for k in ("min_repeat_ms", "build_timeout_s", "rpc_timeout_s"):
+    cfg = CostConfig(**data)
+    for k in _FLOATS:
         setattr(cfg, k, float(getattr(cfg, k)))
     return _check(cfg, where)

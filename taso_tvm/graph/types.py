@@ -4,10 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from .. import errors as _errors
+
 Dim = Union[int, str]  # a static size, or the name of a symbolic dimension
 
 
-class GraphError(ValueError):
+class GraphError(_errors.ModelError, ValueError):
     """An operator was given inputs or attributes it cannot accept (shape mismatch, bad attribute)."""
 
 

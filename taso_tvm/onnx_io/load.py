@@ -12,13 +12,14 @@ import tvm
 from tvm import relax
 
 from ..quiet import quiet
+from .. import errors as _errors
 
 log = logging.getLogger(__name__)
 
 ModelLike = Union[str, "os.PathLike[str]", bytes, onnx.ModelProto]
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(_errors.ModelError, ValueError):
     """A model could not be read or imported. The message is one line naming the file and the cause."""
 
 
@@ -45,6 +46,11 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
                              ) from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
+    from .sanity import model_problem
+
+    why = model_problem(proto)
+    if why:
+        raise ModelLoadError(f"{label} is not a valid ONNX model: {why}")
     return proto, label
 
 
@@ -53,10 +59,15 @@ def parse_shapes(text: str) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     for m in re.finditer(r"\s*([^:,\[\]]+?)\s*:\s*\[([^\]]*)\]\s*(?:,|$)", text):
         dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+        entry = m.group(0).strip(", ")
         try:
-            shapes[m.group(1)] = [int(d) for d in dims]
+            dims_i = [int(d) for d in dims]
         except ValueError:
-            raise ModelLoadError(f"bad --input-shapes entry '{m.group(0).strip(', ')}': dims must be integers") from None
+            raise ModelLoadError(f"bad --input-shapes entry '{entry}': dims must be integers") from None
+        if any(d < 1 for d in dims_i) or m.group(1) in shapes:
+            why = "dims must be >= 1" if any(d < 1 for d in dims_i) else f"'{m.group(1)}' is given twice"
+            raise ModelLoadError(f"bad --input-shapes entry '{entry}': {why}")
+        shapes[m.group(1)] = dims_i
     if not shapes and text.strip():
         raise ModelLoadError(f"bad --input-shapes '{text}': expected name:[d1,d2,...],name2:[...]")
     return shapes

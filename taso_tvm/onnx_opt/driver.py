@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
+from ..errors import is_interrupt
 from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
@@ -285,6 +286,8 @@ def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures:
             try:
                 optimized, pass_report = search_region(rm, dict(search, rules=rules, cost=cost))
             except Exception as e:  # an import or export failure only costs this region's rewrite
+                if is_interrupt(e):  # TVM's text for a Ctrl-C inside one of our callbacks
+                    raise KeyboardInterrupt from None
                 res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                 log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
                 continue

@@ -20,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..quiet import quiet
+from .. import errors as _errors
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ DEFAULT_DIM_OTHER = 64  # other symbolic dims (sequence, height, width)
 NODE_PREFIX = "__taso_node_"
 
 
-class PrepareError(ValueError):
+class PrepareError(_errors.ModelError, ValueError):
     """Input shapes that do not fit the model; one line."""
 
 

@@ -7,46 +7,121 @@ configured.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from typing import Any, Optional
 
 import yaml
 
+from .. import errors as _errors
+
 CONFIG_ENV = "TASO_TVM_CONFIG"
 SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 10, "time_limit": None, "region_size": 32}
 
 
-class SettingsError(ValueError):
+class SettingsError(_errors.SettingsError, ValueError):
     """An unreadable or malformed settings file; one line naming the file and the problem."""
 
 
 def read_settings(path: str) -> dict:
-    """{"search": {...}, "cost": path or None, "rules": [...] or None} from one YAML file."""
+    """{"search": {...}, "cost": path or None, "rules": RuleSet or None} from one YAML file, validated whole: unknown
+    keys at any level, types and ranges, the cost section (see `load_cost_config`), and the rule files it names,
+    which are read and verified (a rule that is not verified is an error, with its counterexample)."""
+    from ..cost.config import CostConfig, load_cost_config
+
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}
+    except IsADirectoryError:
+        raise SettingsError(f"cannot read config '{path}': it is a directory") from None
     except OSError as e:
         raise SettingsError(f"cannot read config '{path}': {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"config '{path}' is not a text file") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise SettingsError(f"config '{path}'{where} is not valid YAML") from None
     if not isinstance(data, dict):
         raise SettingsError(f"config '{path}' must be a mapping of settings")
+    cost_keys = {f.name for f in dataclasses.fields(CostConfig)}
+    sections = {"search", "cost", "rules"}
+    for k in data:
+        if k not in sections and k not in cost_keys:
+            raise SettingsError(_errors.unknown_key("setting", k, sections | cost_keys, f" in config '{path}'"))
     search = data.get("search") or {}
     if not isinstance(search, dict):
         raise SettingsError(f"config '{path}': 'search' must be a mapping")
-    unknown = set(search) - set(SEARCH_DEFAULTS)
-    if unknown:
-        raise SettingsError(f"config '{path}': unknown search setting(s) {sorted(unknown)}")
+    for k, v in search.items():
+        if k not in SEARCH_DEFAULTS:
+            raise SettingsError(_errors.unknown_key("search setting", k, SEARCH_DEFAULTS, f" in config '{path}'"))
+        why = check_search_setting(k, v)
+        if why:
+            raise SettingsError(f"config '{path}': search setting '{k}' {why}")
+    has_cost = any(k not in ("search", "rules") for k in data)
+    if has_cost:
+        try:
+            load_cost_config(path)
+        except SettingsError:
+            raise
+        except _errors.TasoError as e:
+            raise SettingsError(str(e)) from None
     rules = data.get("rules")
     if rules is not None:
         if isinstance(rules, str):
             rules = [rules]
+        if not isinstance(rules, list) or not all(isinstance(r, str) and r for r in rules):
+            raise SettingsError(f"config '{path}': 'rules' must be a rule file or a list of rule files")
         base = os.path.dirname(os.path.abspath(path))
-        rules = [r if os.path.isabs(r) else os.path.join(base, r) for r in rules]
-    has_cost = any(k not in ("search", "rules") for k in data)
+        rules = load_named_rules([r if os.path.isabs(r) else os.path.join(base, r) for r in rules])
     return {"search": dict(search), "cost": path if has_cost else None, "rules": rules}
+
+
+def check_search_setting(name: str, v: Any) -> str:
+    """Why `v` is not a valid value of search setting `name` ('must be ...'), or ''."""
+    num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if name == "alpha" and not (num and 1.0 <= v <= 3.0):
+        return f"must be a number in [1, 3], got {v!r}"
+    if name == "budget" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return f"must be an integer >= 0, got {v!r}"
+    if name == "time_limit" and not (v is None or (num and v > 0)):
+        return f"must be a positive number of seconds, got {v!r}"
+    if name == "region_size" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 4):
+        return f"must be an integer >= 4, got {v!r}"
+    return ""
+
+
+def load_named_rules(paths: list) -> Any:
+    """Read and verify rule files the user named; a rule that is refuted or unproven is an error (with the
+    counterexample), not a rule silently left out."""
+    from ..rules.language import read_rule_files
+    from ..rules.ruleset import RuleSet
+    from ..rules.verify import verify_rules
+
+    for p in paths:
+        if not os.path.isfile(p):
+            raise _errors.RuleFileError(f"rule file '{p}' does not exist" if not os.path.exists(p)
+                                        else f"rule file '{p}' is not a file")
+    try:
+        rules = read_rule_files(paths)
+    except _errors.RuleFileError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _errors.RuleFileError(f"cannot read rule files {', '.join(map(str, paths))}: {_errors.one_line(e)}"
+                                    ) from None
+    results = verify_rules(rules)
+    for r, v in zip(rules, results):
+        if not v.ok:
+            ce = v.counterexample or {}
+            detail = "; ".join(str(x) for x in (ce.get("instance"), ce.get("detail")) if x)
+            if ce.get("inputs"):
+                detail += f"; inputs {ce['inputs']}"
+            if not detail:
+                detail = "; ".join(f"{m.method}: {m.status} {m.detail}".strip() for m in v.methods)
+            word = "refuted" if v.status == "refuted" else f"{v.status} (not verified)"
+            raise _errors.RuleFileError(f"rule {r.name} ({r.file}:{r.line}) is {word}: {detail}")
+    return RuleSet(rules, {r.name: v for r, v in zip(rules, results)})
 
 
 def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:

@@ -23,8 +23,9 @@ from .settings import resolve_settings
 
 log = logging.getLogger(__name__)
 
-# a check's exception crosses TVM's FFI (the pass runs inside RunPass, Sequential, tvm.compile) with its own type
-for _err in (CheckError, CheckFailed):
+# a check's exception crosses TVM's FFI (the pass runs inside RunPass, Sequential, tvm.compile) with its own type;
+# so does Ctrl-C (else TVM turns a KeyboardInterrupt raised in our callback into an empty RuntimeError)
+for _err in (CheckError, CheckFailed, KeyboardInterrupt):
     tvm_ffi.register_error(_err)
 
 

@@ -25,8 +25,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
+from .. import errors as _errors
 
-class ExprError(ValueError):
+
+class ExprError(_errors.RuleFileError, ValueError):
     """A syntax or evaluation error in a rule expression; `col` is the 0-based column when known."""
 
     def __init__(self, msg: str, col: Optional[int] = None):

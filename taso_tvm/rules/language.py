@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional
 from ..graph.ops import OPS
 from . import expr as E
 from .yaml_lines import LList, LMap, YamlError, load_yaml
+from .. import errors as _errors
 
 ENTRY_KEYS = {"name", "family", "doc", "source", "target", "outputs", "where", "verify", "facts", "expect"}
 VERIFY_KEYS = {"shapes", "dims", "attrs", "instances", "axiomatic", "bounded_only", "timeout", "elements"}
@@ -37,7 +38,7 @@ MULTI_OUTPUT_OPS = {"split"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 
 
-class RuleError(ValueError):
+class RuleError(_errors.RuleFileError, ValueError):
     """A malformed rule: says which file, line and rule, and what is wrong."""
 
     def __init__(self, msg: str, file: Optional[str] = None, line: Optional[int] = None,

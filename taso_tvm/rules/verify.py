@@ -496,10 +496,9 @@ class Cache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             disk = self._read()
             disk.setdefault("results", {}).update({k: v.to_dict() for k, v in items.items()})
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".rules-", suffix=".json")
-            with os.fdopen(fd, "w") as f:
-                json.dump(disk, f)
-            os.replace(tmp, self.path)
+            from ..fileio import atomic_write_text
+
+            atomic_write_text(str(self.path), json.dumps(disk))  # a temporary file renamed into place
             self.data = disk
         except OSError as err:
             log.warning("cannot write the rule cache %s: %s", self.path, err)

@@ -5,6 +5,8 @@ from typing import Any
 
 import yaml
 
+from .. import errors as _errors
+
 
 class LMap(dict):
     """A YAML mapping that remembers its own line and each key's line (1-based)."""
@@ -26,7 +28,7 @@ class LList(list):
         return self.item_lines[i] if 0 <= i < len(self.item_lines) else self.line
 
 
-class YamlError(ValueError):
+class YamlError(_errors.RuleFileError, ValueError):
     def __init__(self, msg: str, line: int):
         super().__init__(msg)
         self.msg, self.line = msg, line

@@ -32,6 +32,7 @@ from .analytic import AnalyticBackend
 from .base import Backend, Measurement
 from .rpc import RpcError, connect
 from .tvm_build import build_kernel, one_line, warm_up
+from ...quiet import sigint_blocked
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,15 @@ class TvmBackend(Backend):
     def _drop_pool(self) -> None:
         if self._pool is not None:
             procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            manager = getattr(self._pool, "_executor_manager_thread", None)
             self._pool.shutdown(wait=False)  # queued work fails with the workers (no cancel: CPython gh-107219)
             for p in procs:
                 if p.is_alive():
                     p.terminate()
+            for p in procs:  # reaped now, and the pool's thread gone, so nothing is left for interpreter exit
+                p.join(5)
+            if manager is not None:
+                manager.join(5)
             self._pool = None
 
     def build(self, sigs: Sequence[KernelSig], progress: Optional[Progress] = None) -> dict[KernelSig, BuildResult]:
@@ -298,13 +304,15 @@ def _main_module_hidden():
     script without an `if __name__ == "__main__":` guard (TASO's examples) can use the parallel builds."""
     main = sys.modules.get("__main__")
     if main is None:
-        yield
+        with sigint_blocked():
+            yield
         return
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
     try:
         main.__dict__.pop("__file__", None)
         if "__spec__" in saved:
             main.__dict__["__spec__"] = None
-        yield
+        with sigint_blocked():  # workers start with Ctrl-C blocked: it is the parent's, which stops them
+            yield
     finally:
         main.__dict__.update(saved)

@@ -43,7 +43,11 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
 
 
 def warm_up() -> None:
-    """Pool initializer: import TVM and the registry once per worker."""
+    """Pool initializer: import TVM and the registry once per worker. Ctrl-C is the parent's to handle (it stops
+    the workers), so a worker ignores it rather than printing a traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     import tvm  # noqa: F401
 

@@ -21,8 +21,10 @@ from onnx import TensorProto, numpy_helper
 import tvm
 from tvm import relax
 
+from ... import errors as _errors
 
-class ExportError(RuntimeError):
+
+class ExportError(_errors.ExportError, RuntimeError):
     """Raised when a Relax program cannot be expressed in ONNX.
 
     The message is a single line naming the Relax operator and the binding, e.g.

@@ -507,8 +507,9 @@ def write_failures_doc(result: SuiteResult, path: str) -> None:
         for op, n in sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"| {op} | {n} |")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    from ...fileio import atomic_write_text
+
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def main(argv=None):
