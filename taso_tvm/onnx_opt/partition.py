@@ -104,6 +104,9 @@ class _Probe:
 
         from ..onnx_io.export import export_relax
 
+        why = _empty_inputs_fit_schema(node, self.opset)
+        if why:
+            return why, None
         model = self._model(node, types, consts)
         try:
             with quiet():
@@ -123,6 +126,23 @@ class _Probe:
         if len(ops) != 1:  # a rewritten region would write it as several nodes where the user had one
             return f"TVM decomposes {node.op_type} (written back as {' + '.join(ops) or 'nothing'})", None
         return None, canonical(out)
+
+
+def _empty_inputs_fit_schema(node: onnx.NodeProto, opset: int) -> Optional[str]:
+    """Why the node's inputs do not fit its schema (an empty name where the input is not optional, which crashes
+    TVM's importer outright), or None."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except Exception:  # an op ONNX does not know at this opset
+        return f"{node.op_type} is not an ONNX operator at opset {opset}"
+    formal = list(schema.inputs)
+    for pos, name in enumerate(node.input):
+        if name:
+            continue
+        p = formal[min(pos, len(formal) - 1)] if formal else None
+        if p is None or p.option != onnx.defs.OpSchema.FormalParameterOption.Optional:
+            return f"{node.op_type} has an empty name for a required input"
+    return None
 
 
 def _last_line(e: BaseException) -> str:
