@@ -68,7 +68,16 @@ def _proc() -> subprocess.Popen:
 
 def check_smt2(text: str, timeout: float, params: Optional[dict] = None, deadline: Optional[float] = None) -> tuple:
     """Check an SMT-LIB2 query: (result, reason) with result 'sat', 'unsat' or 'unknown'. The solver gets `timeout`
-    seconds; the process is killed after `deadline` seconds (default 2 * timeout + 2)."""
+    seconds; the process is killed after `deadline` seconds (default 2 * timeout + 2). A process that dies or does
+    not answer by the deadline is replaced and asked once more (a child can be lost to a signal or a stall that has
+    nothing to do with the query); the second answer stands."""
+    result, reason = _check_once(text, timeout, params, deadline)
+    if result == "unknown" and reason.startswith(("solver did not stop", "the solver process died")):
+        result, reason = _check_once(text, timeout, params, deadline)
+    return result, reason
+
+
+def _check_once(text: str, timeout: float, params: Optional[dict], deadline: Optional[float]) -> tuple:
     deadline = 2 * timeout + 2.0 if deadline is None else deadline
     try:
         proc = _proc()

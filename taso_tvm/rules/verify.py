@@ -430,11 +430,14 @@ def relevant_axioms(rule: Rule, axioms: list) -> list:
 
 def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
     """The axiomatic proof from the relevant axioms; Z3 runs in the solver process under a hard deadline."""
-    from .axiomatic import prove
+    from .axiomatic import Encoder, axiom_formulas, prove
 
-    enc, formulas = _axiom_formulas(axioms)
-    names = {ax.name for ax in relevant_axioms(rule, axioms)}
-    status, detail = prove(rule, axioms, limit, formulas=[f for f in formulas if f[0] in names], enc=enc,
+    # a fresh encoder per proof: the query's text (names, declaration order) depends on the rule and its axioms
+    # alone, never on what this process encoded before, so Z3 takes the same path in every run
+    relevant = relevant_axioms(rule, axioms)
+    names = {ax.name for ax in relevant}
+    enc = Encoder()
+    status, detail = prove(rule, axioms, limit, formulas=axiom_formulas(enc, relevant), enc=enc,
                            check=lambda solver: check_smt2(solver.to_smt2(), limit, {"smt.mbqi": False}))
     if status == "proven":
         return status, f"{len(names)} of {len(axioms)} axioms"
