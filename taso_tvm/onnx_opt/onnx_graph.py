@@ -51,15 +51,6 @@ def producers(graph: onnx.GraphProto) -> dict[str, int]:
     return {o: i for i, n in enumerate(graph.node) for o in n.output if o}
 
 
-def consumers(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """Tensor name -> indices of the nodes that read it (subgraph reads included)."""
-    out: dict[str, list[int]] = {}
-    for i, n in enumerate(graph.node):
-        for x in dict.fromkeys(node_reads(n)):
-            out.setdefault(x, []).append(i)
-    return out
-
-
 def topo_order(nodes: Sequence[onnx.NodeProto], available: Iterable[str]) -> list[int]:
     """Positions of `nodes` in an order where each comes after its producers, otherwise keeping the given order
     (Kahn's algorithm, smallest position first). Raises ValueError on a cycle or a read of an unknown name."""

@@ -22,7 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..quiet import quiet
-from .onnx_graph import CONTROL_FLOW, DEFAULT_DOMAINS, default_opset, has_subgraph, node_reads
+from .onnx_graph import CONTROL_FLOW, DEFAULT_DOMAINS, default_opset, has_subgraph, node_reads, producers
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ def partition(prep: Prepared) -> Partition:
             searchable.add(i)
         else:
             reasons[i] = why
-    prod = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    prod = producers(graph)
     level: dict[int, int] = {}
     for i, n in enumerate(graph.node):  # the graph is topologically sorted (the checker requires it)
         lv = 0

@@ -339,9 +339,6 @@ def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Op
 
 
 # ---------------------------------------------------------------- axioms
-_AXIOM_STATE: dict = {}
-
-
 def load_axioms(path: Optional[Path] = None) -> list:
     path = Path(path or AXIOMS_FILE)
     return parse_rules(path.read_text(), str(path)) if path.exists() else []
@@ -352,17 +349,6 @@ def axioms_digest(axioms: list) -> str:
     for a in axioms:
         h.update(a.canonical.encode())
     return h.hexdigest()
-
-
-def _axiom_formulas(axioms: list):
-    from .axiomatic import Encoder, axiom_formulas
-
-    key = axioms_digest(axioms)
-    st = _AXIOM_STATE.get(key)
-    if st is None:
-        enc = Encoder()
-        st = _AXIOM_STATE[key] = (enc, axiom_formulas(enc, axioms))
-    return st
 
 
 def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -> MethodResult:
