@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..graph.ops.base import BROADCAST, COMM_REDUCE, ELEMWISE, INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE, TUPLE
 from ..graph.types import TensorType
+
+# TVM's OpPatternKind, which FuseOps uses to decide what fuses into what.
+ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
 
 __all__ = ["ELEMWISE", "BROADCAST", "INJECTIVE", "COMM_REDUCE", "OUT_EWISE_FUSABLE", "TUPLE", "OPAQUE",
            "expand", "TVM_NAMES"]

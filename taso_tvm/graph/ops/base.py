@@ -1,8 +1,9 @@
-"""The operator registry: one `OpDef` per operator holds everything the project knows about it.
+"""The operator registry: one `OpDef` per operator holds what the IR itself needs to know about it.
 
 An `OpDef` carries the attribute schema (defaults, normalisation), shape inference, NumPy reference semantics,
-the Z3 semantics slot used by the rule verifier, the Relax operator names it lifts from, and its lowering back
-to Relax. Nothing else in the project describes an operator.
+the Z3 semantics used by the rule verifier, the Relax operator names it lifts from, and its lowering back to
+Relax. What other packages know about an operator (cost, rule matching, ...) they register as facets from their
+own modules (`facets.py`).
 """
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..types import GraphError, TensorType, freeze
-
-# TVM's OpPatternKind, which FuseOps uses to decide what fuses into what.
-ELEMWISE, BROADCAST, INJECTIVE, COMM_REDUCE, OUT_EWISE_FUSABLE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
 
 InferFn = Callable[[Sequence[TensorType], dict], list[TensorType]]
 NumpyFn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]
@@ -35,7 +33,6 @@ class OpDef:
     lift: Optional[LiftFn] = None
     lower: Optional[LowerFn] = None
     z3: Optional[Callable[..., list]] = None  # symbolic semantics, filled by the rules package's z3 module
-    pattern: int = OPAQUE  # TVM OpPatternKind, for the fusion model of the cost package
     normalize: Optional[Callable[[dict, Sequence[TensorType]], dict]] = None  # canonicalise attrs given input types
     # values the rule verifier tries for an attribute a rule leaves free: a tuple of values, or a word for values
     # derived from the input types (see taso_tvm.rules.instances.DOMAIN_WORDS); unlisted: the default value only

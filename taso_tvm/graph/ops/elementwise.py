@@ -6,7 +6,7 @@ import math
 import numpy as np
 from tvm import relax
 
-from .base import BROADCAST, ELEMWISE, OpDef, broadcast_shapes, register, same_dtype
+from .base import OpDef, broadcast_shapes, register, same_dtype
 from ..types import TensorType
 
 
@@ -21,7 +21,7 @@ def _binary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
         return relax_fn(args[0], args[1])
 
     return register(OpDef(name, 2, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
-                          lower=lower, pattern=BROADCAST, z3=z3 or np_fn,
+                          lower=lower, z3=z3 or np_fn,
                           doc=f"element-wise {name} with NumPy broadcasting"))
 
 
@@ -36,7 +36,7 @@ def _unary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
         return relax_fn(args[0])
 
     return register(OpDef(name, 1, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
-                          lower=lower, pattern=ELEMWISE, z3=z3, doc=f"element-wise {name}"))
+                          lower=lower, z3=z3, doc=f"element-wise {name}"))
 
 
 def _erf(x: np.ndarray) -> np.ndarray:

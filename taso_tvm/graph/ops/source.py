@@ -1,7 +1,7 @@
 """Operators without computation: graph inputs, weights/constants, and opaque Relax calls."""
 from __future__ import annotations
 
-from .base import OPAQUE, OpDef, register
+from .base import OpDef, register
 
 
 def _no_infer(in_types, attrs):
@@ -17,5 +17,4 @@ INPUT = register(OpDef("input", 0, _no_infer, _no_numpy, attrs={"name": None}, d
 # A weight or constant; attrs: key (unique id within the node store). The array lives on the node.
 WEIGHT = register(OpDef("weight", 0, _no_infer, _no_numpy, attrs={"key": None}, doc="weight / constant tensor"))
 # A Relax binding the registry does not model; attrs: key (unique). The node keeps the original expression.
-OPAQUE_OP = register(OpDef("opaque", None, _no_infer, _no_numpy, attrs={"key": None}, pattern=OPAQUE,
-                           doc="Relax expression kept as it is"))
+OPAQUE_OP = register(OpDef("opaque", None, _no_infer, _no_numpy, attrs={"key": None}, doc="Relax expression kept as it is"))
