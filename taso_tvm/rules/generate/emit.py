@@ -1,0 +1,108 @@
+"""Write a candidate as a rule entry of the YAML rule language (source, target, outputs, where, verify, doc)."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .graphs import DimSum
+
+SYMBOLS = "ABCDEFGHJKLMNOPQRTUVWXYZ"
+# sizes the bounded proof tries for a symbol, by the pool class it came from (the axiomatic proof is general)
+VERIFY_DIMS = {"N": [1, 2], "B": [1, 2], "K": [1, 3], "I": [1, 3], "H": [3, 4], "C": [1, 2, 3]}
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, tuple) and v and all(isinstance(x, DimSum) for x in v):
+        return "[" + ", ".join(x.text() for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return v
+    return repr(v)
+
+
+def _call(node, names: dict) -> str:
+    args = [names[a] for a in node.args]
+    attrs = [f"{k}={_value(v)}" for k, v in node.attrs]
+    return f"{node.op}({', '.join(args + attrs)})"
+
+
+def _side(nodes: tuple, prefix: str, fixed: dict) -> tuple[list, dict]:
+    """Lines `name: op(...)` of one side; `fixed` names some node outputs (the source's outputs, in a target)."""
+    names: dict = {}
+    lines = []
+    for j, n in enumerate(nodes):
+        outs = []
+        for o in range(n.n_outputs):
+            ref = ("n", j, o)
+            names[ref] = fixed.get(ref, f"{prefix}{j}" if n.n_outputs == 1 else f"{prefix}{j}_{o}")
+            outs.append(names[ref])
+        for a in n.args:
+            if a[0] == "i":
+                names[a] = a[1]
+        lines.append(f"{', '.join(outs)}: {_call(n, names)}")
+    return lines, names
+
+
+def rule_entry(c, groups: list, pool: dict, classes: dict) -> dict:
+    """The rule as plain data: name, text lines for each key, the symbols, and a content digest.
+
+    `groups` lists groups of (var, axis) that share a symbol; `classes` maps (var, axis) to its pool class."""
+    src_lines, src_names = _side(c.src, "t", {})
+    out_names = [src_names[r] for r in c.src_outputs]
+    fixed = {}
+    aliases = []
+    for r, name in zip(c.dst_outputs, out_names):
+        if r[0] == "i" or r in fixed:
+            aliases.append((name, r))
+        else:
+            fixed[r] = name
+    dst_lines, dst_names = _side(c.dst, "u", fixed)
+    for name, r in aliases:
+        dst_lines.append(f"{name}: {r[1] if r[0] == 'i' else dst_names[r]}")
+    sym = {}
+    dims: dict = {}
+    for i, g in enumerate(groups):
+        s = SYMBOLS[i] if i < len(SYMBOLS) else f"D{i}"
+        for p in g:
+            sym[p] = s
+        k = classes[g[0]]
+        if k in VERIFY_DIMS:
+            dims[s] = VERIFY_DIMS[k]
+    where = []
+    for v in c.inputs:
+        where.append(f"ndim({v}) == {len(pool[v].shape)}")
+    for g in groups:
+        first = g[0]
+        for p in g[1:]:
+            where.append(f"dim({p[0]}, {p[1]}) == dim({first[0]}, {first[1]})")
+    shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in c.inputs}
+    body = "\n".join(src_lines + ["->"] + dst_lines + where + [repr(shapes)])
+    digest = hashlib.sha256(body.encode()).hexdigest()[:10]
+    ops = "_".join(sorted({n.op for n in c.src}))
+    return {"name": f"gen_{ops}_{digest}", "source": src_lines, "target": dst_lines, "outputs": out_names,
+            "where": where, "shapes": shapes, "dims": dims, "digest": digest}
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def entry_yaml(e: dict, doc: str) -> str:
+    """One YAML list item for the entry."""
+    out = [f"- name: {e['name']}", "  family: generated", f"  doc: {_q(doc)}", "  source:"]
+    out += [f"    {ln.split(': ', 1)[0]}: {_q(ln.split(': ', 1)[1])}" for ln in e["source"]]
+    out.append("  target:")
+    out += [f"    {ln.split(': ', 1)[0]}: {_q(ln.split(': ', 1)[1])}" for ln in e["target"]]
+    out.append(f"  outputs: [{', '.join(e['outputs'])}]")
+    if e["where"]:
+        out.append("  where:")
+        out += [f"    - {_q(w)}" for w in e["where"]]
+    out.append("  verify:")
+    shp = ", ".join(f"{v}: [{', '.join(s)}]" for v, s in e["shapes"].items())
+    out.append(f"    shapes: {{{shp}}}")
+    if e["dims"]:
+        out.append("    dims: {" + ", ".join(f"{k}: {v}" for k, v in sorted(e["dims"].items())) + "}")
+    return "\n".join(out) + "\n"
