@@ -23,10 +23,10 @@ from ..config import CostConfig
 from ..device import cpu_identity
 from ..kernel import KernelSig
 from ..onnx_kernel import UnsupportedOp, kernel_onnx, random_feeds
-from ..progress import Progress
+from ...progress import Progress
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
-from .tvm_build import one_line
+from .tvm_build import failure_reason
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,8 @@ class OrtBackend(Backend):
             self.counters.builds += 1
         except Exception as e:  # noqa: BLE001
             self.counters.build_failures += 1
-            log.warning("kernel failed to load in onnxruntime, it costs inf: %s | %s", sig.label(), one_line(e))
-            return Measurement(math.inf, "build_failed", one_line(e))
+            log.warning("kernel failed to load in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
+            return Measurement(math.inf, "build_failed", failure_reason(e))
         try:
             feeds = random_feeds(sig)
             ms = self.time_profiled(model, feeds)
@@ -173,6 +173,6 @@ class OrtBackend(Backend):
             self.counters.measurements += 1
         except Exception as e:  # noqa: BLE001
             self.counters.run_failures += 1
-            log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), one_line(e))
-            return Measurement(math.inf, "run_failed", one_line(e))
+            log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
+            return Measurement(math.inf, "run_failed", failure_reason(e))
         return Measurement(max(ms, MIN_KERNEL_MS))
