@@ -112,3 +112,11 @@ def test_progress_bar_on_a_terminal_and_log_line_otherwise(caplog):
             p.update()
     assert plain.getvalue() == ""
     assert any("measuring: 2/2 kernels" in r.getMessage() for r in caplog.records)
+
+
+def test_an_operator_without_a_cost_facet_is_a_clear_error():
+    from taso_tvm.cost.flops import node_flops
+    from taso_tvm.graph.ops import FacetMissing
+
+    with pytest.raises(FacetMissing, match="operator 'opaque' has no 'cost.flops' facet"):
+        node_flops("opaque", {}, [], [(4,)])
