@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MIN_KERNEL_MS = 1e-3  # a node's dispatch inside a session: the floor of a kernel's cost
 LAYOUT_NODES = ("ReorderInput", "ReorderOutput")  # NCHWc conversions ORT adds around a lone conv
+KERNEL_FORM = "export_relax"  # how a kernel's model is written; in the cache scope, so a new form re-measures
 
 
 class OrtBackend(Backend):
@@ -63,7 +64,7 @@ class OrtBackend(Backend):
         device = cpu_identity(self.config.num_threads) if self.kind == "llvm" else \
             f"cuda:{self._ort.get_device()}:{self.config.num_threads}t"
         return (self.name, json.dumps(self.config.target_dict, sort_keys=True), device,
-                f"onnxruntime={self._ort.__version__}")
+                f"onnxruntime={self._ort.__version__} kernels={KERNEL_FORM}")
 
     def session(self, model: onnx.ModelProto, profile_prefix: str = "") -> Any:
         opts = self._ort.SessionOptions()
