@@ -6,6 +6,8 @@
   reports (`relax/analysis/tir_op_pattern_kind.cc`; `tests/test_cost_fusion.py` checks every operator against it).
 * `cost.tvm_names`: base names of the PrimFunc(s) LegalizeOps emits for it, in binding order (FuseTIR names fused
   functions after them).
+* `cost.view`: TVM turns a kernel of only such operators into a view of its input (RewriteDataflowReshape), no
+  kernel launch (default: no).
 * `cost.flops`: `(attrs, in_shapes, out_shapes) -> float`: floating-point operations of one node (multiply-add = 2;
   transcendentals cost a polynomial evaluation; data movement costs none), for the roofline backend.
 
@@ -21,7 +23,7 @@ from ..graph.types import TensorType
 from .flops import prod
 from .patterns import BROADCAST, ELEMWISE, INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE
 
-FUSION, TVM_NAMES, FLOPS = "cost.fusion", "cost.tvm_names", "cost.flops"
+FUSION, TVM_NAMES, VIEW, FLOPS = "cost.fusion", "cost.tvm_names", "cost.view", "cost.flops"
 
 Chain = tuple[tuple[int, ...], int]  # (pattern kinds of the chained calls, TupleGetItem sub-nodes)
 FusionFn = Callable[[dict, Sequence[TensorType], Sequence[TensorType]], Chain]
@@ -37,6 +39,7 @@ def _computes(op: OpDef) -> bool:
 declare_facet(FUSION, "its call_tir pattern kinds under TVM's FuseOps",
               required=lambda op: op.name not in ("input", "weight"))
 declare_facet(TVM_NAMES, "the PrimFunc names LegalizeOps gives it", required=_computes)
+declare_facet(VIEW, "TVM makes a view of it, not a kernel", default=False)
 declare_facet(FLOPS, "its floating-point operations", required=_computes)
 
 
@@ -127,6 +130,7 @@ for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("resh
     register_facet(_op, FUSION, _fusion(((INJECTIVE,), 0)))
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _no_flops)
+register_facet("reshape", VIEW, True)
 
 register_facet("split", FUSION, _split)  # a tuple, read by one TupleGetItem per output
 register_facet("split", TVM_NAMES, ("split",))
@@ -144,4 +148,4 @@ register_facet("opaque", FUSION, _fusion(((OPAQUE,), 0)))  # never fused
 
 del _op, _name, _names, _k, _flops
 
-__all__ = ["FUSION", "TVM_NAMES", "FLOPS", "activation"]
+__all__ = ["FUSION", "TVM_NAMES", "VIEW", "FLOPS", "activation"]
