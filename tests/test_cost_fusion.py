@@ -43,8 +43,8 @@ def _fused(mod: tvm.IRModule) -> tvm.IRModule:
                                          relax.transform.FuseTIR()])(mod)
 
 
-_BASES = sorted({n for op in OPS if has_facet(op, TVM_NAMES) for n in facet(op, TVM_NAMES)} | {"tir_sigmoid", "tir_tanh"},
-                key=len, reverse=True)
+_BASES = sorted({n for op in OPS if has_facet(op, TVM_NAMES) for n in facet(op, TVM_NAMES)}
+                | {"tir_sigmoid", "tir_tanh"}, key=len, reverse=True)
 
 
 def _parse(name: str) -> tuple:
