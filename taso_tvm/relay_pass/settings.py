@@ -15,9 +15,10 @@ from typing import Any, Optional
 import yaml
 
 from .. import errors as _errors
+from ..search.config import SearchConfig
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
-SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 10, "time_limit": None, "region_size": 32}
+SEARCH_DEFAULTS = SearchConfig.defaults(("alpha", "budget", "time_limit", "region_size"))  # the settings users set
 
 
 class SettingsError(_errors.SettingsError, ValueError):

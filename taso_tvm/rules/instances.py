@@ -5,8 +5,8 @@ that the rule requires to be weights are weight nodes), the match of the rule on
 evaluates both sides of the rule on instances symbolically (Z3); the tests evaluate them with NumPy.
 
 *Choices* are the shape alternative (`#shapes`), each dimension symbol (`verify.dims`, default 1, 2, 3) and each
-attribute variable or group member (`verify.attrs`, else the operator's `domains` table in `graph/ops`, else its
-default value). An instance is *admissible* when its source builds and the rule's constraints hold: the rule claims
+attribute variable or group member (`verify.attrs`, else the operator's `rules.domains` facet in `op_facets.py`, else
+its default value). An instance is *admissible* when its source builds and the rule's constraints hold: the rule claims
 to apply there. `plan_instances` covers the choices by combinations, not by values:
 
 * every combination, when there are at most `EXHAUSTIVE_LIMIT` of them;
@@ -31,7 +31,7 @@ import numpy as np
 from ..graph import GraphError, NodeStore, TensorGraph, TensorType
 from ..graph.ops import OPS
 from ..graph.types import freeze
-from . import expr as E
+from . import expr as E, op_facets
 from .language import Rule
 from .matcher import Match, find_matches
 
@@ -145,7 +145,7 @@ def _groups(in_types: list) -> list:
     return [c // cw] if c % cw == 0 and o % (c // cw) == 0 else []
 
 
-# domain words of OpDef.domains: values derived from the node's input types (and attributes chosen before)
+# domain words of the `rules.domains` facet: values derived from the node's input types (and attributes chosen before)
 DOMAIN_WORDS: dict[str, Callable[[list, dict, int], list]] = {
     "axis": lambda t, a, n: list(range(t[0].ndim)) if t else [],
     "perm": lambda t, a, n: [tuple(p) for p in itertools.permutations(range(t[0].ndim))],
@@ -160,8 +160,9 @@ DOMAIN_WORDS: dict[str, Callable[[list, dict, int], list]] = {
 
 
 def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1, attrs: Optional[dict] = None) -> list:
-    """Values an attribute ranges over when a rule leaves it free: the operator's `domains` entry, else its default."""
-    spec = OPS[op].domains.get(key)
+    """Values an attribute ranges over when a rule leaves it free: the operator's `rules.domains` entry, else its
+    default."""
+    spec = op_facets.domains(op).get(key)
     if spec is None:
         d = OPS[op].attrs.get(key)
         return [] if d is None else [d]
@@ -636,10 +637,9 @@ def iter_instances(rule: Rule, max_instances: Optional[int] = None, seed: int = 
 
 
 def positive_vars(rule: Rule) -> set:
-    """Input variables read as a variance (batch norm) or under sqrt: they get positive values in NumPy checks."""
-    out = {p.args[4].name for p in rule.source if p.op == "batchnorm" and p.args[4].kind == "var"}
-    out |= {a.name for p in rule.source if p.op == "sqrt" for a in p.args if a.kind == "var"}
-    return out
+    """Input variables read where an operator wants positive values (`rules.positive_inputs`: a variance, a sqrt):
+    they get positive values in NumPy checks."""
+    return {p.args[i].name for p in rule.source for i in op_facets.positive_inputs(p.op) if p.args[i].kind == "var"}
 
 
 def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol: float = 1e-6,

@@ -27,14 +27,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..graph.ops import OPS
-from . import expr as E
+from . import expr as E, op_facets
 from .yaml_lines import LList, LMap, YamlError, load_yaml
 from .. import errors as _errors
 
 ENTRY_KEYS = {"name", "family", "doc", "source", "target", "outputs", "where", "verify", "facts", "expect"}
 VERIFY_KEYS = {"shapes", "dims", "attrs", "instances", "axiomatic", "bounded_only", "timeout", "elements"}
-NO_PATTERN_OPS = {"input", "weight", "opaque"}
-MULTI_OUTPUT_OPS = {"split"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 
 
@@ -104,7 +102,9 @@ class VerifySpec:
 
 @dataclass
 class Rule:
-    """A compiled substitution: source pattern, target pattern, outputs, constraints, verification settings."""
+    """A compiled substitution: source pattern, target pattern, outputs, constraints, verification settings.
+
+    A rule is data: `matcher.find_matches(rule, graph)` finds it in a graph, `matcher.apply_match` rewrites a match."""
 
     name: str
     file: Optional[str]
@@ -138,15 +138,6 @@ class Rule:
     @property
     def ops(self) -> set:
         return {n.op for n in self.source} | {n.op for n in self.target if n.op != "const"}
-
-    # matcher API (implemented in matcher.py, attached here for convenience)
-    def matches(self, graph, index=None, dedupe: bool = True, limit: Optional[int] = None) -> list:
-        from .matcher import find_matches
-        return find_matches(self, graph, index=index, dedupe=dedupe, limit=limit)
-
-    def apply(self, graph, match):
-        from .matcher import apply_match
-        return apply_match(self, graph, match)
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r}, {len(self.source)} -> {len(self.target)} ops)"
@@ -261,12 +252,12 @@ class _Side:
     def call(self, c: Any, line: int, names: list) -> PNode:
         if c.func == "const":
             return self.const_node(c, line, names)
-        if c.func not in OPS or c.func in NO_PATTERN_OPS:
+        if c.func not in OPS or not op_facets.in_patterns(c.func):
             hint = " (a function of the expression language, not an operator)" if c.func in E.FUNCTIONS else ""
             raise self.ctx.err(f"unknown operator '{c.func}'{hint}", line)
         opdef = OPS[c.func]
         n_out = len(names)
-        if n_out != 1 and c.func not in MULTI_OUTPUT_OPS:
+        if n_out != 1 and not op_facets.multi_output(c.func):
             raise self.ctx.err(f"{c.func} has one output, {n_out} names given", line)
         if opdef.inputs is not None and len(c.args) != opdef.inputs:
             raise self.ctx.err(f"{c.func} takes {opdef.inputs} tensor argument(s), got {len(c.args)}", line)

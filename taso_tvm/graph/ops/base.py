@@ -34,9 +34,6 @@ class OpDef:
     lower: Optional[LowerFn] = None
     z3: Optional[Callable[..., list]] = None  # symbolic semantics, filled by the rules package's z3 module
     normalize: Optional[Callable[[dict, Sequence[TensorType]], dict]] = None  # canonicalise attrs given input types
-    # values the rule verifier tries for an attribute a rule leaves free: a tuple of values, or a word for values
-    # derived from the input types (see taso_tvm.rules.instances.DOMAIN_WORDS); unlisted: the default value only
-    domains: dict[str, Any] = field(default_factory=dict)
     doc: str = ""
 
     def make_attrs(self, given: dict, in_types: Sequence[TensorType]) -> dict:

@@ -139,7 +139,6 @@ SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))
 NEG = _unary("neg", "relax.negative", np.negative, R.negative, z3=_z3_unary(lambda v: -z3_val(v)))
 
 ACTIVATIONS = {"none": None, "relu": RELU, "sigmoid": SIGMOID, "tanh": TANH}
-ACTIVATION_DOMAIN = tuple(ACTIVATIONS)  # values the rule verifier tries for a free fused activation
 
 
 def apply_activation(name: str, x):

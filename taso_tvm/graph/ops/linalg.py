@@ -5,7 +5,7 @@ import numpy as np
 from tvm import relax
 
 from .base import OpDef, broadcast_shapes, register, same_dtype
-from .elementwise import ACTIVATION_DOMAIN, apply_activation, check_activation, lower_activation, z3_activation
+from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from ..types import GraphError, TensorType
 
 
@@ -48,5 +48,5 @@ MATMUL = register(OpDef(
     normalize=lambda a, t: {"activation": check_activation(a["activation"], "matmul")},
     relax=("relax.matmul",), lift=_matmul_lift,
     lower=lambda bb, args, a, t: lower_activation(a["activation"], relax.op.matmul(args[0], args[1])),
-    z3=_matmul_z3, domains={"activation": ACTIVATION_DOMAIN},
+    z3=_matmul_z3,
     doc="matrix product (NumPy semantics) with fused activation"))

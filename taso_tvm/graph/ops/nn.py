@@ -5,7 +5,7 @@ import numpy as np
 from tvm import relax
 
 from .base import OpDef, register, same_dtype
-from .elementwise import ACTIVATION_DOMAIN, apply_activation, check_activation, lower_activation, z3_activation
+from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from .relax_util import ints
 from ..types import GraphError, TensorType, normalize_axis
 
@@ -142,8 +142,6 @@ CONV2D = register(OpDef(
     "conv2d", 2, _conv_infer, _conv_np, normalize=_conv_norm,
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "activation": "none"},
     relax=("relax.nn.conv2d",), lift=_conv_lift, lower=_conv_lower, z3=_conv_z3,
-    domains={"strides": ((1, 1), (2, 2), (1, 2)), "padding": ((0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 1, 0), (1, 0, 0, 1)),
-             "dilation": ((1, 1), (2, 2), (2, 1)), "groups": "groups", "activation": ACTIVATION_DOMAIN},
     doc="2-D convolution, NCHW/OIHW, padding (top, left, bottom, right) or SAME/VALID, fused activation"))
 
 
@@ -267,16 +265,13 @@ def _pool_lower(kind):
 
 
 _POOL_ATTRS = {"kernel": None, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "ceil_mode": False}
-_POOL_DOMAINS = {"kernel": ((1, 1), (2, 2), (3, 3), (2, 3)), "strides": ((1, 1), (2, 2), (1, 2)),
-                 "padding": ((0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 1, 0)), "ceil_mode": (False, True),
-                 "count_include_pad": (False, True)}
 MAXPOOL = register(OpDef("maxpool2d", 1, _pool_infer, _pool_np("max"), attrs=dict(_POOL_ATTRS), normalize=_pool_norm,
                          relax=("relax.nn.max_pool2d",), lift=_pool_lift, lower=_pool_lower("max"),
-                         z3=_pool_z3("max"), domains=_POOL_DOMAINS, doc="2-D max pooling, NCHW"))
+                         z3=_pool_z3("max"), doc="2-D max pooling, NCHW"))
 AVGPOOL = register(OpDef("avgpool2d", 1, _pool_infer, _pool_np("avg"),
                          attrs=dict(_POOL_ATTRS, count_include_pad=False), normalize=_pool_norm,
                          relax=("relax.nn.avg_pool2d",), lift=_pool_lift, lower=_pool_lower("avg"),
-                         z3=_pool_z3("avg"), domains=_POOL_DOMAINS, doc="2-D average pooling, NCHW"))
+                         z3=_pool_z3("avg"), doc="2-D average pooling, NCHW"))
 
 
 # ---------------------------------------------------------------- batch norm (inference)
@@ -327,7 +322,7 @@ def _bn_lower(bb, args, a, in_types):
 
 
 BATCHNORM = register(OpDef("batchnorm", 5, _bn_infer, _bn_np, attrs={"axis": 1, "epsilon": 1e-5, "momentum": 0.1},
-                           relax=("relax.nn.batch_norm",), lift=_bn_lift, lower=_bn_lower, z3=_bn_z3, domains={"axis": "axis", "epsilon": (1e-5, 1e-3), "momentum": (0.1, 0.9)},
+                           relax=("relax.nn.batch_norm",), lift=_bn_lift, lower=_bn_lower, z3=_bn_z3,
                            doc="batch normalisation in inference mode: (x - mean) * gamma / sqrt(var + eps) + beta "
                                "(momentum is kept for the Relax form; it does not affect inference)"))
 
@@ -357,7 +352,7 @@ def _softmax_infer(t, a):
 
 SOFTMAX = register(OpDef("softmax", 1, _softmax_infer, _softmax_np, attrs={"axis": -1},
                          relax=("relax.nn.softmax",), lift=lambda c: (list(c.args), {"axis": int(c.attrs.axis)}),
-                         lower=lambda bb, args, a, t: R.nn.softmax(args[0], axis=a["axis"]), z3=_softmax_z3, domains={"axis": "axis"},
+                         lower=lambda bb, args, a, t: R.nn.softmax(args[0], axis=a["axis"]), z3=_softmax_z3,
                          doc="softmax along an axis"))
 
 
@@ -403,7 +398,7 @@ LAYERNORM = register(OpDef("layernorm", 3, _ln_infer, _ln_np, attrs={"axes": (-1
                            lower=lambda bb, args, a, t: R.nn.layer_norm(*args, axes=list(a["axes"]),
                                                                           epsilon=a["epsilon"]),
                            z3=_ln_z3,
-                           domains={"axes": "trailing_axes", "epsilon": (1e-5, 1e-3)}, doc="layer normalisation over the given axes"))
+                           doc="layer normalisation over the given axes"))
 
 
 def _mean_infer(t, a):
@@ -424,6 +419,6 @@ MEAN = register(OpDef("mean", 1, _mean_infer,
                       lambda x, a: [x[0].mean(axis=tuple(a["axes"]), keepdims=a["keepdims"]).astype(x[0].dtype)],
                       attrs={"axes": None, "keepdims": False}, relax=("relax.mean",), lift=_mean_lift,
                       lower=lambda bb, args, a, t: R.mean(args[0], axis=list(a["axes"]), keepdims=a["keepdims"]),
-                      domains={"axes": "axes", "keepdims": (False, True)}, doc="mean over axes (global average pooling imports as this)",
+                      doc="mean over axes (global average pooling imports as this)",
                       z3=lambda x, a: [np.asarray(x[0], dtype=object).mean(axis=tuple(a["axes"]),
                                                                            keepdims=a["keepdims"])]))

@@ -36,7 +36,7 @@ def _concat_lift(call):
 CONCAT = register(OpDef("concat", None, _concat_infer,
                         lambda x, a: [np.concatenate(list(x), axis=a["axis"])], attrs={"axis": None},
                         relax=("relax.concat",), lift=_concat_lift,
-                        lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]), domains={"axis": "axis"},
+                        lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]),
                         z3=lambda x, a: [np.concatenate([np.asarray(v, dtype=object) for v in x], axis=a["axis"])],
                         doc="concatenate along an axis"))
 
@@ -92,7 +92,7 @@ def _split_lower(bb, args, a, t):
 
 SPLIT = register(OpDef("split", 1, _split_infer, _split_np, attrs={"axis": None, "sizes": None},
                        normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower, z3=_split_np,
-                       domains={"axis": "axis", "sizes": "partition"}, doc="split along an axis into pieces of the given sizes (several outputs)"))
+                       doc="split along an axis into pieces of the given sizes (several outputs)"))
 
 
 def _transpose_norm(a, t):
@@ -109,7 +109,7 @@ TRANSPOSE = register(OpDef(
     lambda x, a: [np.transpose(x[0], a["perm"])], attrs={"perm": ()}, normalize=_transpose_norm,
     relax=("relax.permute_dims",), lift=lambda c: (list(c.args), {"perm": ints(c.attrs.axes)}),
     z3=lambda x, a: [np.transpose(np.asarray(x[0], dtype=object), a["perm"])],
-    lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])), domains={"perm": "perm"},
+    lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])),
     doc="permute dimensions"))
 
 
@@ -144,5 +144,5 @@ RESHAPE = register(OpDef(
     "reshape", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)], lambda x, a: [np.reshape(x[0], a["shape"])],
     attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape",), lift=_reshape_lift,
     z3=lambda x, a: [np.reshape(np.asarray(x[0], dtype=object), a["shape"])],
-    lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])), domains={"shape": "reshape"},
+    lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])),
     doc="reshape (static)"))

@@ -32,7 +32,7 @@ ENLARGE = register(OpDef(
     z3=lambda x, a: [np.pad(np.asarray(x[0], dtype=object), _enlarge_pads(np.shape(x[0]), a), constant_values=0)],
     normalize=lambda a, t: {"kernel": tuple(int(k) for k in a["kernel"])},
     lower=lambda bb, args, a, t: R.nn.pad(args[0], [p for pair in _enlarge_pads(t[0].shape, a) for p in pair]),
-    domains={"kernel": ((3, 3), (5, 5), (3, 5))}, doc="zero-pad a conv kernel (OIHW) to a larger centred size"))
+    doc="zero-pad a conv kernel (OIHW) to a larger centred size"))
 
 
 def _merge_infer(t, a):
@@ -68,6 +68,5 @@ MERGE_GCONV = register(OpDef(
     "merge_gconv", 1, _merge_infer, _merge_np, attrs={"count": None, "groups": None},
     normalize=lambda a, t: {"count": int(a["count"]), "groups": int(a["groups"])}, lower=_merge_lower,
     z3=lambda x, a: _merge_np([np.asarray(x[0], dtype=object)], a),
-    domains={"count": (1, 2, 4), "groups": (1, 2, 4)},
     doc="weights of a grouped conv (groups=G) rewritten for G/count groups: each group's kernel placed "
         "block-diagonally among count neighbours, zeros elsewhere"))
