@@ -27,7 +27,7 @@ def bench_verify(jobs: int) -> None:
     from taso_tvm.rules import load_rules
     from taso_tvm.rules.language import read_rule_files
     from taso_tvm.rules.ruleset import library_files
-    from taso_tvm.rules.verify import Cache, load_axioms, verify_axioms, verify_rules
+    from taso_tvm.rules.verify import Cache, load_axioms, tally, verify_axioms, verify_rules
 
     rules = read_rule_files(library_files())
     cache = Cache()
@@ -36,10 +36,9 @@ def bench_verify(jobs: int) -> None:
     t_ax = time.perf_counter() - t
     res = verify_rules(rules, jobs=jobs, axioms=axioms, cache=cache)
     cold = time.perf_counter() - t
-    ok = sum(r.ok for r in res)
     print(f"cold verification: {len(rules)} rules + {len(ax_res)} axioms in {cold:.1f} s with {jobs} processes "
-          f"(axioms {t_ax:.1f} s); {ok}/{len(rules)} rules verified, "
-          f"{sum(r.ok for r in ax_res)}/{len(ax_res)} axioms")
+          f"(axioms {t_ax:.1f} s); {tally(res)['verified']}/{len(rules)} rules verified, "
+          f"{tally(ax_res)['verified']}/{len(ax_res)} axioms")
     by_method: dict = {}
     for r in res:
         for m in r.methods:

@@ -13,7 +13,7 @@ import pytest
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 from taso_tvm.graph.ops import OPS
 from taso_tvm.rules import load_rules, parse_rules
-from taso_tvm.rules.cli import main as rules_cli
+from taso_tvm.cli_rules import main as rules_cli
 from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_rule,
                                    verify_rules, z3_evaluate)
 

@@ -114,14 +114,8 @@ def load_named_rules(paths: list) -> Any:
     results = verify_rules(rules)
     for r, v in zip(rules, results):
         if not v.ok:
-            ce = v.counterexample or {}
-            detail = "; ".join(str(x) for x in (ce.get("instance"), ce.get("detail")) if x)
-            if ce.get("inputs"):
-                detail += f"; inputs {ce['inputs']}"
-            if not detail:
-                detail = "; ".join(f"{m.method}: {m.status} {m.detail}".strip() for m in v.methods)
             word = "refuted" if v.status == "refuted" else f"{v.status} (not verified)"
-            raise _errors.RuleFileError(f"rule {r.name} ({r.file}:{r.line}) is {word}: {detail}")
+            raise _errors.RuleFileError(f"rule {r.name} ({r.file}:{r.line}) is {word}: {v.reason()}")
     return RuleSet(rules, {r.name: v for r, v in zip(rules, results)})
 
 

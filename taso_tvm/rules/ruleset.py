@@ -88,6 +88,5 @@ def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False,
                         v.status)
             keep.append(r)
         else:
-            detail = "; ".join(f"{m.method}: {m.status} {m.detail}" for m in v.methods)
-            log.error("rule %s (%s:%d) is %s and is not loaded: %s", r.name, r.file, r.line, v.status, detail)
+            log.error("rule %s (%s:%d) is %s and is not loaded: %s", r.name, r.file, r.line, v.status, v.reason())
     return RuleSet(keep, res)

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -45,6 +46,9 @@ VERIFIER_VERSION = "taso-tvm-verify-2"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
+
+
+STATUSES = ("verified", "refuted", "unproven")
 
 
 @dataclass
@@ -82,6 +86,17 @@ class VerifyResult:
     def method(self, name: str) -> Optional[MethodResult]:
         return next((m for m in self.methods if m.method == name), None)
 
+    def reason(self) -> str:
+        """One line on why the rule is not verified: its counterexample (instance, detail, input values), else what
+        each method that did not prove it says."""
+        ce = self.counterexample
+        if ce:
+            parts = [ce.get("instance", ""), ce.get("detail", "")]
+            if ce.get("inputs"):
+                parts.append("inputs " + json.dumps(ce["inputs"]))
+            return "; ".join(p for p in parts if p)
+        return "; ".join(f"{m.method}: {m.detail}" for m in self.methods if m.status != "proven")
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("cached")
@@ -91,6 +106,13 @@ class VerifyResult:
     def from_dict(d: dict) -> "VerifyResult":
         return VerifyResult(d["rule"], d["status"], [MethodResult(**m) for m in d["methods"]], d["time"],
                             d.get("digest", ""), cached=True, proof=d.get("proof", ""))
+
+
+def tally(results: Iterable[VerifyResult]) -> Counter:
+    """How many results have each status (every status in `STATUSES` is present, 0 when none has it)."""
+    out = Counter({s: 0 for s in STATUSES})
+    out.update(r.status for r in results)
+    return out
 
 
 # ---------------------------------------------------------------- z3 evaluation
