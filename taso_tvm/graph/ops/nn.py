@@ -1,6 +1,8 @@
 """Neural-network operators: convolution, pooling, normalisation, softmax, mean."""
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 from tvm import relax
 
@@ -31,6 +33,28 @@ def _pads(v, op: str) -> tuple[int, int, int, int]:
     if len(v) != 4 or any(int(x) < 0 for x in v):
         raise GraphError(f"{op}: padding must be 1, 2 or 4 non-negative ints, got {v}")
     return tuple(int(x) for x in v)
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int = 1) -> tuple[int, int]:
+    """TASO/TensorFlow SAME padding of one spatial dimension, (before, after): the output is ceil(size / stride);
+    an odd total puts the extra row or column after (ONNX's SAME_UPPER)."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + dilation * (kernel - 1) + 1 - size)
+    return total // 2, total - total // 2
+
+
+def _window_padding(padding: Any, in_hw: Sequence, kernel: Sequence, strides: Sequence, dilation: Sequence,
+                    op: str) -> tuple[int, int, int, int]:
+    """A window operator's padding attribute (SAME, VALID, or 1, 2 or 4 ints) as (top, left, bottom, right)."""
+    if not isinstance(padding, str):
+        return _pads(padding, op)
+    mode = padding.upper()
+    if mode not in ("SAME", "VALID"):
+        raise GraphError(f"{op}: padding must be SAME, VALID or ints, got {padding!r}")
+    if mode == "VALID":
+        return (0, 0, 0, 0)
+    (top, bottom), (left, right) = (same_padding(in_hw[i], kernel[i], strides[i], dilation[i]) for i in range(2))
+    return (top, left, bottom, right)
 
 
 def _out_len(n, k, s, p0, p1, d, ceil=False):
@@ -64,22 +88,7 @@ def _conv_norm(a, t):
     a["strides"] = _pair(a["strides"], "strides", op)
     a["dilation"] = _pair(a["dilation"], "dilation", op)
     a["activation"] = check_activation(a["activation"], op)
-    if isinstance(a["padding"], str):
-        mode = a["padding"].upper()
-        if mode not in ("SAME", "VALID"):
-            raise GraphError(f"conv2d: padding must be SAME, VALID or ints, got {a['padding']!r}")
-        if mode == "VALID":
-            a["padding"] = (0, 0, 0, 0)
-        else:  # TASO/TensorFlow SAME: output = ceil(in / stride)
-            pads = []
-            for i in range(2):
-                n, k, s, d = t[0].shape[2 + i], t[1].shape[2 + i], a["strides"][i], a["dilation"][i]
-                out = -(-n // s)
-                total = max(0, (out - 1) * s + d * (k - 1) + 1 - n)
-                pads.append((total // 2, total - total // 2))
-            a["padding"] = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
-    else:
-        a["padding"] = _pads(a["padding"], op)
+    a["padding"] = _window_padding(a["padding"], t[0].shape[2:], t[1].shape[2:], a["strides"], a["dilation"], op)
     a["groups"] = int(a["groups"])
     return a
 
@@ -151,21 +160,8 @@ def _pool_norm(a, t):
     a["kernel"] = _pair(a["kernel"], "kernel", op)
     a["strides"] = _pair(a["strides"], "strides", op)
     a["dilation"] = _pair(a["dilation"], "dilation", op)
-    if isinstance(a["padding"], str):
-        mode = a["padding"].upper()
-        if mode == "VALID":
-            a["padding"] = (0, 0, 0, 0)
-        elif mode == "SAME":
-            pads = []
-            for i in range(2):
-                n, k, s = t[0].shape[2 + i], a["kernel"][i], a["strides"][i]
-                total = max(0, (-(-n // s) - 1) * s + k - n)
-                pads.append((total // 2, total - total // 2))
-            a["padding"] = (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
-        else:
-            raise GraphError(f"pool2d: padding must be SAME, VALID or ints, got {a['padding']!r}")
-    else:
-        a["padding"] = _pads(a["padding"], op)
+    # SAME padding is computed for the undilated kernel
+    a["padding"] = _window_padding(a["padding"], t[0].shape[2:], a["kernel"], a["strides"], (1, 1), op)
     a["ceil_mode"] = bool(a["ceil_mode"])
     if "count_include_pad" in a:
         a["count_include_pad"] = bool(a["count_include_pad"])
