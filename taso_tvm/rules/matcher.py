@@ -2,9 +2,9 @@
 
 The search starts from the pattern node with the fewest candidates of its operator type (index by op type, built once
 per graph), walks *down* into producers of bound nodes' inputs and *up* into consumers of bound tensors (this is how
-multi-root patterns such as two convolutions sharing an input are found), and backtracks. `add` and `mul` match in
-either argument order (the `rules.commutative` facet). Matches equivalent under a symmetry of the pattern (swapping two identical branches) are
-reported once.
+multi-root patterns such as two convolutions sharing an input are found), and backtracks. Commutative operators (the
+`rules.commutative` facet: `add`, `mul`) match in either argument order. Matches equivalent under a symmetry of the
+pattern (swapping two identical branches) are reported once.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Neural-network operators: convolution, pooling, normalisation, softmax, mean."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from tvm import relax
 
-from .base import OpDef, register, same_dtype
+from .base import LowerFn, NumpyFn, OpDef, Z3Fn, register, same_dtype
 from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from .relax_util import ints
 from ..types import GraphError, TensorType, normalize_axis
@@ -57,7 +57,7 @@ def _window_padding(padding: Any, in_hw: Sequence, kernel: Sequence, strides: Se
     return (top, left, bottom, right)
 
 
-def _out_len(n, k, s, p0, p1, d, ceil=False):
+def _out_len(n: int, k: int, s: int, p0: int, p1: int, d: int, ceil: bool = False) -> int:
     eff = d * (k - 1) + 1
     if not isinstance(n, int):
         raise GraphError("symbolic spatial dimensions are not supported")
@@ -70,7 +70,8 @@ def _out_len(n, k, s, p0, p1, d, ceil=False):
     return out
 
 
-def _windows(x: np.ndarray, kh, kw, strides, pads, dilation, oh, ow, fill=0.0):
+def _windows(x: np.ndarray, kh: int, kw: int, strides: Sequence[int], pads: Sequence[int],
+             dilation: Sequence[int], oh: int, ow: int, fill: float = 0.0) -> np.ndarray:
     """View of x (N,C,H,W) as N,C,OH,OW,KH,KW windows after padding with `fill`."""
     pt, pl, pb, pr = pads
     sh, sw = strides
@@ -83,7 +84,7 @@ def _windows(x: np.ndarray, kh, kw, strides, pads, dilation, oh, ow, fill=0.0):
 
 
 # ---------------------------------------------------------------- conv2d
-def _conv_norm(a, t):
+def _conv_norm(a: dict, t: Sequence[TensorType]) -> dict:
     op = "conv2d"
     a["strides"] = _pair(a["strides"], "strides", op)
     a["dilation"] = _pair(a["dilation"], "dilation", op)
@@ -93,7 +94,7 @@ def _conv_norm(a, t):
     return a
 
 
-def _conv_infer(t, a):
+def _conv_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x, w = t
     if x.ndim != 4 or w.ndim != 4:
         raise GraphError(f"conv2d: expects 4-D input and weight, got {x} and {w}")
@@ -108,7 +109,8 @@ def _conv_infer(t, a):
     return [TensorType((n, o, oh, ow), same_dtype(t, "conv2d"))]
 
 
-def conv2d_numpy(x, w, strides, padding, dilation, groups):
+def conv2d_numpy(x: np.ndarray, w: np.ndarray, strides: Sequence[int], padding: Sequence[int],
+                 dilation: Sequence[int], groups: int) -> np.ndarray:
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh = _out_len(x.shape[2], kh, strides[0], padding[0], padding[2], dilation[0])
@@ -120,18 +122,18 @@ def conv2d_numpy(x, w, strides, padding, dilation, groups):
     return out.reshape(n, o, oh, ow)
 
 
-def _conv_np(x, a):
+def _conv_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     y = conv2d_numpy(x[0], x[1], a["strides"], a["padding"], a["dilation"], a["groups"])
     return [apply_activation(a["activation"], y)]
 
 
-def _conv_z3(x, a):
+def _conv_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     y = conv2d_numpy(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object), a["strides"], a["padding"],
                      a["dilation"], a["groups"])
     return [z3_activation(a["activation"], y)]
 
 
-def _conv_lift(call):
+def _conv_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     at = call.attrs
     if str(at.data_layout) != "NCHW" or str(at.kernel_layout) != "OIHW" or str(at.out_layout) != "NCHW":
         return None
@@ -141,7 +143,7 @@ def _conv_lift(call):
                              "dilation": ints(at.dilation), "groups": int(at.groups), "activation": "none"}
 
 
-def _conv_lower(bb, args, a, in_types):
+def _conv_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, in_types: Sequence[TensorType]) -> Any:
     y = R.nn.conv2d(args[0], args[1], strides=a["strides"], padding=a["padding"], dilation=a["dilation"],
                     groups=a["groups"])
     return lower_activation(a["activation"], y)
@@ -155,7 +157,7 @@ CONV2D = register(OpDef(
 
 
 # ---------------------------------------------------------------- pooling
-def _pool_norm(a, t):
+def _pool_norm(a: dict, t: Sequence[TensorType]) -> dict:
     op = "pool2d"
     a["kernel"] = _pair(a["kernel"], "kernel", op)
     a["strides"] = _pair(a["strides"], "strides", op)
@@ -168,7 +170,7 @@ def _pool_norm(a, t):
     return a
 
 
-def _pool_infer(t, a):
+def _pool_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x = t[0]
     if x.ndim != 4:
         raise GraphError(f"pool2d: expects a 4-D input, got {x}")
@@ -178,8 +180,8 @@ def _pool_infer(t, a):
     return [TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)]
 
 
-def _pool_np(kind):
-    def fn(x, a):
+def _pool_np(kind: str) -> NumpyFn:
+    def fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         x = x[0]
         (oh, ow) = _pool_infer([TensorType(x.shape, "float32")], a)[0].shape[2:]
         kh, kw = a["kernel"]
@@ -201,9 +203,9 @@ def _pool_np(kind):
     return fn
 
 
-def _pool_z3(kind):
+def _pool_z3(kind: str) -> Z3Fn:
     """Pooling on z3 expressions: max as nested If over the in-range window elements, average as sum / count."""
-    def fn(x, a):
+    def fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         import z3
 
         from .elementwise import z3_val
@@ -240,7 +242,7 @@ def _pool_z3(kind):
     return fn
 
 
-def _pool_lift(call):
+def _pool_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     at = call.attrs
     if str(at.layout) != "NCHW" or str(at.out_layout) != "NCHW":
         return None
@@ -251,8 +253,8 @@ def _pool_lift(call):
     return list(call.args), a
 
 
-def _pool_lower(kind):
-    def fn(bb, args, a, in_types):
+def _pool_lower(kind: str) -> LowerFn:
+    def fn(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, in_types: Sequence[TensorType]) -> Any:
         f = R.nn.max_pool2d if kind == "max" else R.nn.avg_pool2d
         extra = {} if kind == "max" else {"count_include_pad": a["count_include_pad"]}
         return f(args[0], pool_size=a["kernel"], strides=a["strides"], padding=a["padding"], dilation=a["dilation"],
@@ -271,7 +273,7 @@ AVGPOOL = register(OpDef("avgpool2d", 1, _pool_infer, _pool_np("avg"),
 
 
 # ---------------------------------------------------------------- batch norm (inference)
-def _bn_infer(t, a):
+def _bn_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x = t[0]
     ax = normalize_axis(a["axis"], x.ndim)
     for p in t[1:]:
@@ -280,7 +282,7 @@ def _bn_infer(t, a):
     return [x]
 
 
-def _bn_np(x, a):
+def _bn_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     data, gamma, beta, mean, var = x
     ax = normalize_axis(a["axis"], data.ndim)
     shape = [1] * data.ndim
@@ -290,7 +292,7 @@ def _bn_np(x, a):
     return [((data - r(mean)) * r(scale) + r(beta)).astype(data.dtype, copy=False)]
 
 
-def _bn_z3(x, a):
+def _bn_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """(x - mean) * (gamma * recip(sqrt(var + eps))) + beta, eps rounded to float32 as the NumPy version does."""
     from .elementwise import z3_fn, z3_map, z3_recip, z3_val
 
@@ -304,14 +306,14 @@ def _bn_z3(x, a):
     return [(data - mean.reshape(shape)) * scale + beta.reshape(shape)]
 
 
-def _bn_lift(call):
+def _bn_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     at = call.attrs
     if bool(at.training) or not bool(at.center) or not bool(at.scale):
         return None
     return list(call.args), {"axis": int(at.axis), "epsilon": float(at.epsilon), "momentum": float(at.momentum)}
 
 
-def _bn_lower(bb, args, a, in_types):
+def _bn_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, in_types: Sequence[TensorType]) -> Any:
     t = bb.emit(R.nn.batch_norm(*args, axis=a["axis"], epsilon=a["epsilon"], momentum=a["momentum"],
                                    training=False))
     return relax.TupleGetItem(t, 0)
@@ -324,14 +326,14 @@ BATCHNORM = register(OpDef("batchnorm", 5, _bn_infer, _bn_np, attrs={"axis": 1, 
 
 
 # ---------------------------------------------------------------- softmax, layer norm, mean
-def _softmax_np(x, a):
+def _softmax_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     v = x[0]
     ax = normalize_axis(a["axis"], v.ndim)
     e = np.exp(v - v.max(axis=ax, keepdims=True))
     return [(e / e.sum(axis=ax, keepdims=True)).astype(v.dtype)]
 
 
-def _softmax_z3(x, a):
+def _softmax_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """exp(x) * recip(sum(exp(x))) along the axis (exp uninterpreted; the max shift cancels mathematically)."""
     from .elementwise import z3_fn, z3_map, z3_recip, z3_val
 
@@ -341,7 +343,7 @@ def _softmax_z3(x, a):
     return [e * z3_map(z3_recip, e.sum(axis=ax, keepdims=True))]
 
 
-def _softmax_infer(t, a):
+def _softmax_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     normalize_axis(a["axis"], t[0].ndim)
     return [t[0]]
 
@@ -352,7 +354,7 @@ SOFTMAX = register(OpDef("softmax", 1, _softmax_infer, _softmax_np, attrs={"axis
                          doc="softmax along an axis"))
 
 
-def _ln_infer(t, a):
+def _ln_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x = t[0]
     axes = [normalize_axis(ax, x.ndim) for ax in a["axes"]]
     want = tuple(x.shape[ax] for ax in axes)
@@ -362,7 +364,7 @@ def _ln_infer(t, a):
     return [x]
 
 
-def _ln_np(x, a):
+def _ln_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     data, gamma, beta = x
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     mean = data.mean(axis=axes, keepdims=True)
@@ -370,7 +372,7 @@ def _ln_np(x, a):
     return [((data - mean) / np.sqrt(var + a["epsilon"]) * gamma + beta).astype(data.dtype)]
 
 
-def _ln_z3(x, a):
+def _ln_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     from .elementwise import z3_fn, z3_map, z3_recip, z3_val
 
     data, gamma, beta = (np.asarray(v, dtype=object) for v in x)
@@ -382,7 +384,7 @@ def _ln_z3(x, a):
     return [(data - mean) * inv * gamma + beta]
 
 
-def _ln_lift(call):
+def _ln_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     at = call.attrs
     if not bool(at.center) or not bool(at.scale):
         return None
@@ -397,7 +399,7 @@ LAYERNORM = register(OpDef("layernorm", 3, _ln_infer, _ln_np, attrs={"axes": (-1
                            doc="layer normalisation over the given axes"))
 
 
-def _mean_infer(t, a):
+def _mean_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x = t[0]
     axes = sorted(normalize_axis(ax, x.ndim) for ax in a["axes"])
     shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if a["keepdims"] else \
@@ -405,7 +407,7 @@ def _mean_infer(t, a):
     return [TensorType(tuple(shape), x.dtype)]
 
 
-def _mean_lift(call):
+def _mean_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     if call.attrs.axis is None:
         return None
     return list(call.args), {"axes": ints(call.attrs.axis), "keepdims": bool(call.attrs.keepdims)}
