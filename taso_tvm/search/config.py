@@ -1,10 +1,28 @@
 """The search's settings and their defaults, written once: `SearchConfig`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, Optional
 
 MAX_OPS_SLACK = 4  # operators a candidate may add beyond max_ops_ratio x the start (room on tiny graphs)
+
+# the settings users set (config files, command line, API), with the words their messages use
+USER_SETTINGS = {"alpha": "alpha", "budget": "budget", "time_limit": "time limit", "region_size": "region size"}
+
+
+def check_setting(name: str, v: Any) -> str:
+    """Why `v` is not a valid value of search setting `name` ('must be ...'), or ''."""
+    num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if name == "alpha" and not (num and 1.0 <= v <= 3.0):
+        return f"must be a number in [1, 3], got {v!r}"
+    if name == "budget" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return f"must be an integer >= 0, got {v!r}"
+    if name == "time_limit" and not (v is None or (num and v > 0)):
+        return f"must be a positive number of seconds, got {v!r}"
+    if name == "region_size" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 4):
+        return f"must be an integer >= 4, got {v!r}"
+    return ""
 
 
 @dataclass
@@ -21,14 +39,11 @@ class SearchConfig:
     max_ops_ratio: float = 1.5
 
     def validate(self) -> "SearchConfig":
-        if not (isinstance(self.alpha, (int, float)) and 1.0 <= self.alpha <= 3.0):
-            raise ValueError(f"alpha must be a number in [1, 3], got {self.alpha!r}")
-        if not (isinstance(self.budget, int) and self.budget >= 0):
-            raise ValueError(f"budget must be a non-negative integer, got {self.budget!r}")
-        if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
-            raise ValueError(f"time limit must be a positive number of seconds, got {self.time_limit!r}")
-        if not (isinstance(self.region_size, int) and self.region_size >= 4):
-            raise ValueError(f"region size must be an integer >= 4, got {self.region_size!r}")
+        """Raise ValueError naming the first setting out of its range."""
+        for name, label in USER_SETTINGS.items():
+            why = check_setting(name, getattr(self, name))
+            if why:
+                raise ValueError(f"{label} {why}")
         return self
 
     def max_ops(self, start_ops: int) -> int:
@@ -36,6 +51,6 @@ class SearchConfig:
         return int(start_ops * self.max_ops_ratio) + MAX_OPS_SLACK
 
     @classmethod
-    def defaults(cls, names: Optional[tuple] = None) -> dict:
-        """{setting: default} for the named settings (default: all)."""
-        return {f.name: f.default for f in fields(cls) if names is None or f.name in names}
+    def defaults(cls) -> dict:
+        """{setting: default} for the settings users set (`USER_SETTINGS`)."""
+        return {f.name: f.default for f in fields(cls) if f.name in USER_SETTINGS}
