@@ -23,7 +23,8 @@ CostFn = Callable[[TensorGraph], float]
 
 
 class RuleSource(Protocol):
-    """What the search needs of a rule set: every (rule, match) of a graph, and a way to apply one."""
+    """What the search needs of a rule set: every (rule, match) of a graph, and a way to apply one (a rule has a
+    `name`, which the statistics count)."""
 
     def matches(self, graph: TensorGraph) -> list: ...
 
