@@ -20,8 +20,7 @@ constants as initializers, keeps input/output names, element types and symbolic 
 """
 from .context import ExportError
 from .exporter import export_relax
-from . import converters as _converters  # noqa: F401  (registers the converters)
-from .exporter import CONVERTERS
+from .registry import CONVERTERS
 from .opset import DEFAULT_MIN_OPSET
 
 __all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET"]

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 import tvm
 from tvm import relax
 
+from . import converters as _converters  # noqa: F401  (fills CONVERTERS)
 from . import opset as _opset
 from .context import (
     AttrView,
@@ -24,18 +25,7 @@ from .context import (
     onnx_dtype,
     prim_dtype,
 )
-
-# Relax op name -> converter(ctx, call, attrs, args) -> ONNX value (str or list of values)
-CONVERTERS: Dict[str, Any] = {}
-
-
-def register(*names):
-    def deco(fn):
-        for n in names:
-            CONVERTERS[n] = fn
-        return fn
-
-    return deco
+from .registry import CONVERTERS
 
 
 # --------------------------------------------------------------------------------------
@@ -558,8 +548,6 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
 
 
 def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None) -> onnx.ModelProto:
-    from . import converters  # noqa: F401  (fills CONVERTERS)
-
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
