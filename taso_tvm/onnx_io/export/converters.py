@@ -18,4 +18,3 @@ from . import (  # noqa: F401
     converters_shape,
     converters_tir,
 )
-from .registry import CONVERTERS  # noqa: F401
