@@ -14,16 +14,19 @@ from onnx import TensorProto, helper
 import tvm
 from tvm import relax
 
+from ...errors import one_line
 from . import converters as _converters  # noqa: F401  (fills CONVERTERS)
 from . import opset as _opset
 from .context import (
     AttrView,
     EmitContext,
     ExportError,
+    fill_tensor_proto,
     is_prim,
     is_tir_var,
     onnx_dtype,
     prim_dtype,
+    tensor_to_numpy,
 )
 from .registry import CONVERTERS
 
@@ -225,7 +228,7 @@ class RelaxExporter:
             except ExportError:
                 raise
             except Exception as e:  # converter bug / unexpected IR -> still one clear line
-                raise ctx.error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+                raise ctx.error(f"{type(e).__name__}: {one_line(e)}") from e
             left = attrs.unused()
             if left:
                 ctx.fail(f"attribute(s) {', '.join(left)} not handled by the converter")
@@ -539,8 +542,7 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ExportError(f"cannot export model: internal error {type(e).__name__}: {first}") from e
+        raise ExportError(f"cannot export model: internal error {type(e).__name__}: {one_line(e)}") from e
     if name_prefix:
         keep = {v.name for v in model.graph.input} | {v.name for v in model.graph.output}
         apply_name_prefix(model.graph, name_prefix, keep)
@@ -554,7 +556,32 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
     ctx.target_opset = opset
     ctx.origins = dict(origins or {})
 
-    # ----- inputs (and weights kept as params)
+    graph_inputs, values, num_input, init_from_params = _bind_inputs(ctx, func, input_names)
+    input_names_set = set(values[:num_input])
+    ret_leaves = _flatten_types(func.body.ty if func.body.ty is not None else func.ret_ty)
+    out_names = _reserve_output_names(ctx, output_names, len(ret_leaves), input_names_set)
+
+    env: Dict[Any, Any] = {}
+    result = exp.convert_function_body(func, values, env)
+    leaves = _flatten_values(result)
+    if len(leaves) != len(ret_leaves):
+        raise ExportError(f"cannot export: function returns {len(leaves)} tensors but its type has "
+                          f"{len(ret_leaves)}")
+    graph_outputs = _bind_outputs(ctx, leaves, out_names, ret_leaves, input_names_set)
+
+    alive, needed = _live_nodes(ctx, out_names)
+    inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
+    v = _opset.choose_opset(alive, opset, ctx.origins)
+    node_protos = _opset.render(alive, v, inits, ctx.types)
+    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits)
+
+
+def _bind_inputs(ctx, func, input_names):
+    """Name the function's parameters: graph inputs (value infos, element types), or initializers for the
+    weights the importer kept as parameters (``num_input`` / ``params`` attributes).
+
+    Returns the graph inputs' value infos, every parameter's ONNX name, the number of graph inputs and the
+    names of the initializers made from parameters."""
     params = list(func.params)
     num_input = len(params)
     weights = None
@@ -575,8 +602,6 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
             name = ctx.fresh(name)
         ty = p.ty
         if i >= num_input and weights is not None and i - num_input < len(weights):
-            from .context import tensor_to_numpy
-
             arr = tensor_to_numpy(weights[i - num_input])
             elem = onnx_dtype(ty.dtype)
             ctx.add_initializer(name, arr, elem)
@@ -587,35 +612,29 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
             graph_inputs.append(_value_info(name, ty))
             ctx.types[name] = onnx_dtype(ty.dtype)
         values.append(name)
+    return graph_inputs, values, num_input, init_from_params
 
-    # ----- output names, reserved up front
-    ret_leaves = _flatten_types(func.body.ty if func.body.ty is not None else func.ret_ty)
-    n_out = len(ret_leaves)
+
+def _reserve_output_names(ctx, output_names, n_out: int, input_names: set) -> list:
+    """The graph output names (given, or ``output`` / ``output_<i>``), reserved before the body is converted."""
     if output_names is not None:
         out_names = list(output_names)
         if len(out_names) != n_out:
             raise ExportError(f"cannot export: {len(out_names)} output_names given for {n_out} outputs")
     else:
         out_names = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
-    input_names_set = set(values[:num_input])
     if len(set(out_names)) != len(out_names):
         raise ExportError(f"cannot export: output names {out_names} are not distinct")
     for n in out_names:
-        # an output may keep an input's name only when it returns that very input (checked below)
-        if n not in input_names_set and not ctx.reserve(n):
+        # an output may keep an input's name only when it returns that very input (checked by _bind_outputs)
+        if n not in input_names and not ctx.reserve(n):
             raise ExportError(f"cannot export: output name '{n}' collides with another tensor name")
+    return out_names
 
-    # ----- body
-    env: Dict[Any, Any] = {}
-    result = exp.convert_function_body(func, values, env)
-    leaves = _flatten_values(result)
-    if len(leaves) != n_out:
-        raise ExportError(f"cannot export: function returns {len(leaves)} tensors but its type has {n_out}")
 
-    # ----- outputs
-    graph_outputs = _bind_outputs(ctx, leaves, out_names, ret_leaves, input_names_set)
-
-    # ----- dead code elimination
+def _live_nodes(ctx, out_names):
+    """Dead-code elimination: the nodes the outputs need, in order and named ``<binding>_<op>_<i>``, and the
+    set of tensor names they read."""
     needed = set(out_names)
     alive = []
     for n in reversed(ctx.nodes):
@@ -627,16 +646,14 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
     alive.reverse()
     for i, n in enumerate(alive):
         n.name = f"{n.binding}_{n.op_type}_{i}" if n.binding else f"{n.op_type}_{i}"
-    inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
+    return alive, needed
 
-    # ----- opset
-    v = _opset.choose_opset(alive, opset, ctx.origins)
-    node_protos = _opset.render(alive, v, inits, ctx.types)
-    # build the ModelProto in place: large initializers are copied exactly once
-    from .context import fill_tensor_proto
 
+def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs, graph_outputs,
+                    inits) -> onnx.ModelProto:
+    """The ModelProto, built in place so that large initializers are copied exactly once."""
     model = onnx.ModelProto()
-    opsets = [helper.make_opsetid("", v)]
+    opsets = [helper.make_opsetid("", opset)]
     model.opset_import.extend(opsets)
     model.producer_name = "taso_tvm"
     model.producer_version = "0.1"
