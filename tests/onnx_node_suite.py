@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class SuiteResult:
     results: List[CaseResult]
     seconds: float
 
-    def by_status(self, status) -> List[CaseResult]:
+    def by_status(self, status: str) -> List[CaseResult]:
         return [r for r in self.results if r.status == status]
 
     @property
@@ -257,7 +257,7 @@ def _feed_value(arr, elem):
     return arr
 
 
-def non_tensor_io(model) -> bool:
+def non_tensor_io(model: Any) -> bool:
     """True if the ONNX case has sequence / optional / map graph inputs or outputs."""
     for vi in list(model.graph.input) + list(model.graph.output):
         if not vi.type.HasField("tensor_type"):
@@ -265,7 +265,7 @@ def non_tensor_io(model) -> bool:
     return False
 
 
-def ort_outputs(model, case) -> list:
+def ort_outputs(model: Any, case: Any) -> list:
     """ONNX Runtime outputs of ``model`` on each of the case's input sets."""
     import onnxruntime as ort
 
@@ -288,14 +288,14 @@ def _ort_check(model, case) -> Optional[str]:
     return None
 
 
-def expected_array(e):
+def expected_array(e: Any) -> np.ndarray:
     e = _to_numpy(e)
     if e.dtype.kind == "V" or e.dtype.name in ("bfloat16",) or e.dtype.name.startswith(("float8", "float4", "int4", "uint4", "int2", "uint2", "float6")):
         return e.astype(np.float32)
     return e
 
 
-def run_case(case, check_frontend: bool = True) -> CaseResult:
+def run_case(case: Any, check_frontend: bool = True) -> CaseResult:
     import onnx
     import onnxruntime as ort
     from tvm import relax
@@ -491,7 +491,7 @@ def write_failures_doc(result: SuiteResult, path: str) -> None:
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", default=None, help="write the failure table to this markdown file")
     ap.add_argument("-k", default=None, help="only cases whose name contains this substring")

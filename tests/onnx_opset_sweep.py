@@ -91,7 +91,7 @@ def sweep(opsets: Sequence[int], pattern: Optional[str] = None) -> Tuple[Dict[in
     return out, swept, time.time() - t0
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("opsets", help="comma-separated opsets, e.g. 11,13,17,18")
     ap.add_argument("-k", default=None, help="only cases whose name contains this substring")

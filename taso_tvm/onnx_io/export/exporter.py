@@ -6,7 +6,7 @@ dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import onnx
 from onnx import TensorProto, helper
@@ -129,7 +129,7 @@ class _Args:
             self._cache[i] = self._exp.eval_expr(self._raw[i], self._env)
         return self._cache[i]
 
-    def raw(self, i):
+    def raw(self, i: int) -> Any:
         return self._raw[i]
 
 
@@ -147,12 +147,12 @@ class RelaxExporter:
         self._inline_depth = 0
         self.env: Dict[Any, Any] = {}
 
-    def value_of(self, expr):
+    def value_of(self, expr: Any) -> Any:
         """ONNX value of a Relax expression in the scope being converted."""
         return self.eval_expr(expr, self.env)
 
     # ------------------------------------------------------------------ symbolic dims
-    def define_tir(self, tv, kind, onnx_name, index):
+    def define_tir(self, tv: Any, kind: str, onnx_name: str, index: int) -> None:
         if tv not in self.tir_env:
             self.tir_env[tv] = (kind, onnx_name, index)
 
@@ -173,7 +173,7 @@ class RelaxExporter:
         return out
 
     # ------------------------------------------------------------------ expressions
-    def eval_expr(self, e, env):
+    def eval_expr(self, e: Any, env: Dict[Any, Any]) -> Any:
         ctx = self.ctx
         if isinstance(e, relax.Var) and not is_tir_var(e):
             if e in env:
@@ -203,7 +203,7 @@ class RelaxExporter:
         ctx.fail(f"unsupported expression {type(e).__name__}")
 
     # ------------------------------------------------------------------ calls
-    def convert_call(self, call, env, var):
+    def convert_call(self, call: relax.Call, env: Dict[Any, Any], var: Optional[relax.Var]) -> Any:
         ctx = self.ctx
         op = call.op
         if isinstance(op, tvm.ir.Op):
@@ -267,7 +267,8 @@ class RelaxExporter:
             return ctx.shape_of(self.eval_expr(args[0], env))
         ctx.fail("no ONNX mapping for this packed function")
 
-    def inline(self, func: relax.Function, values, outer_env=None):
+    def inline(self, func: relax.Function, values: Sequence[Any],
+               outer_env: Optional[Dict[Any, Any]] = None) -> Any:
         if self._inline_depth > 32:
             self.ctx.fail("function calls nested too deeply")
         self._inline_depth += 1
@@ -287,7 +288,7 @@ class RelaxExporter:
         return res
 
     # ------------------------------------------------------------------ functions
-    def bind_params(self, func, values, env):
+    def bind_params(self, func: relax.Function, values: Sequence[Any], env: Dict[Any, Any]) -> None:
         for p, val in zip(func.params, values):
             env[p] = val
             ty = p.ty
@@ -298,11 +299,11 @@ class RelaxExporter:
                     else:
                         self.define_tir(tv, "elem", val, i)
 
-    def convert_function_body(self, func, values, env):
+    def convert_function_body(self, func: relax.Function, values: Sequence[Any], env: Dict[Any, Any]) -> Any:
         self.bind_params(func, values, env)
         return self.convert_seq(func.body, env)
 
-    def convert_seq(self, seq, env):
+    def convert_seq(self, seq: Any, env: Dict[Any, Any]) -> Any:
         if not isinstance(seq, relax.SeqExpr):
             return self.eval_expr(seq, env)
         bindings = [b for blk in seq.blocks for b in blk.bindings]
@@ -344,7 +345,7 @@ class RelaxExporter:
             live_tir.update(tl)
         return live
 
-    def convert_binding(self, b, env):
+    def convert_binding(self, b: relax.Binding, env: Dict[Any, Any]) -> None:
         ctx = self.ctx
         self.env = env
         var = b.var
@@ -371,7 +372,7 @@ class RelaxExporter:
             res = self.eval_expr(value, env)
         env[var] = res
 
-    def convert_if(self, node, env, var):
+    def convert_if(self, node: relax.If, env: Dict[Any, Any], var: relax.Var) -> Any:
         """relax.If -> ONNX If with one subgraph per branch."""
         ctx = self.ctx
         cond = self.eval_expr(node.cond, env)
@@ -425,7 +426,7 @@ class RelaxExporter:
             return False
         return self.use_count.get(var, 0) == 1
 
-    def single_use_call(self, expr, op_name=None):
+    def single_use_call(self, expr: Any, op_name: Optional[str] = None) -> Optional[relax.Call]:
         """The call bound to ``expr`` if it is a single-use var (and calls ``op_name``)."""
         pc = self.producer_call(expr)
         if pc is None or not self.is_single_use(expr):
@@ -434,7 +435,7 @@ class RelaxExporter:
             return None
         return pc
 
-    def producer_call(self, var):
+    def producer_call(self, var: Any) -> Optional[relax.Call]:
         """The Relax call bound to ``var`` (or None)."""
         if not isinstance(var, relax.Var) or is_tir_var(var):
             return None
@@ -511,9 +512,10 @@ def _get_main(obj):
     raise ExportError(f"cannot export object of type {type(obj).__name__}: expected IRModule or relax.Function")
 
 
-def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional[Sequence[str]] = None,
-                 output_names: Optional[Sequence[str]] = None, model_name: str = "main",
-                 name_prefix: str = "", origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
+def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Optional[int] = None,
+                 input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
+                 model_name: str = "main", name_prefix: str = "",
+                 origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
