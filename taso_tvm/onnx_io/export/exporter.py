@@ -1,8 +1,8 @@
 """Relax -> ONNX exporter driver.
 
-Walks a Relax function binding by binding, dispatches every ``relax.Call`` to the
-converter registered for its operator name (see ``converters_*.py``), tracks symbolic
-dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
+Walks a Relax function binding by binding, dispatches every ``relax.Call`` to the converter
+registered for its operator name (``registry.CONVERTERS``, filled by the ``converters_*``
+modules), tracks symbolic dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
 """
 from __future__ import annotations
 
