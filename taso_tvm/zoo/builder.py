@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-OPSET = 17
+OPSET = 17  # the opset every zoo model is written in
 IR_VERSION = 8  # the IR version that goes with opset 17
 
 # BN running variance range: with gamma ~ U(0.5, 1.5), E[gamma^2 / var] ~= 1, so
