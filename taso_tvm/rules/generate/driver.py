@@ -23,15 +23,15 @@ from ...graph.ops import OPS, facet
 from ..language import RuleError, parse_rules
 from .emit import entry_yaml, rule_entry
 from .enumerate import Enumerator
-from .generalize import generalize
-from .op_facets import ATTRS, INPUTS
-from .pairs import Pairer
+from .generalize import generalize, split_variables
+from ..op_facets import GEN_ATTRS, GEN_INPUTS
+from .pairs import Pairer, canonical_form
 from .pool import build_pool, dim_class, families
 
 log = logging.getLogger(__name__)
 
 TASO_OPS = ("add", "concat", "conv2d", "matmul", "mul", "relu", "split")  # the operators of TASO's rule file
-TASO_KINDS = ("mat", "scalar", "act4", "conv3x3")  # TASO's pool: 2-D tensors, 4-D activations, 3x3 kernels
+TASO_KINDS = ("mat", "act4", "conv3x3")  # TASO's pool: 2-D tensors, 4-D activations, 3x3 kernels
 MAX_BUCKET = 48  # graphs per fingerprint bucket that are paired (the rest are counted, not paired)
 CHECKPOINT_EVERY_S = 20.0
 FORMAT = "taso-tvm-generate-1"
@@ -69,7 +69,7 @@ class GenerateResult:
 
 def generatable_ops() -> list:
     """Operators with a `rules.generate.attrs` facet."""
-    return sorted(op for op in OPS if facet(op, ATTRS) is not None)
+    return sorted(op for op in OPS if facet(op, GEN_ATTRS) is not None)
 
 
 def make_settings(max_ops: int, ops: Optional[list] = None, kinds: Optional[list] = None,
@@ -79,12 +79,16 @@ def make_settings(max_ops: int, ops: Optional[list] = None, kinds: Optional[list
         raise ValueError("max_ops must be at least 1")
     if ops is None:
         ops = generatable_ops() if max_ops <= 2 else list(TASO_OPS)
-    bad = [op for op in ops if op not in OPS or facet(op, ATTRS) is None]
+    bad = [op for op in ops if op not in OPS or facet(op, GEN_ATTRS) is None]
     if bad:
         raise ValueError(f"cannot generate rules for operator(s) {', '.join(bad)} (generatable: "
                          f"{', '.join(generatable_ops())})")
+    from .pool import KINDS
+    unknown = [k for k in (kinds or ()) if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown input kind(s) {', '.join(unknown)} (kinds: {', '.join(KINDS)})")
     if kinds is None:
-        kinds = {"scalar"} | {k for op in ops for k in facet(op, INPUTS)}
+        kinds = {k for op in ops for k in facet(op, GEN_INPUTS)}
         if max_ops >= 3:
             kinds = {k for k in kinds if k in TASO_KINDS} or kinds
     return Settings(max_ops, tuple(sorted(set(ops))), tuple(sorted(kinds)),
@@ -100,8 +104,9 @@ def _enumerators(s: Settings) -> dict:
     return {fam: Enumerator(list(s.ops), p, s.max_ops, s.seed) for fam, p in families(pool)}
 
 
-def _init_worker(s: Settings) -> None:
-    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
+def _init_worker(s: Settings, quiet: bool = True) -> None:
+    if quiet:  # a worker process: the parent reports
+        logging.getLogger("taso_tvm").setLevel(logging.WARNING)
     _WORKER["enum"] = _enumerators(s)
     _WORKER["roots"] = {fam: e.roots() for fam, e in _WORKER["enum"].items()}
 
@@ -113,8 +118,11 @@ def _run_unit(unit: tuple) -> tuple:
 
 
 def _generalize_one(args: tuple) -> tuple:
+    """(index, the candidate with its variables split, its dimension groups, the pool with fresh variables)."""
     i, cand, pool = args
-    return i, generalize(cand, pool)
+    pool = dict(pool)
+    cand = split_variables(cand, pool)
+    return i, cand, generalize(cand, pool), {v: pool[v] for v in cand.inputs}
 
 
 @contextlib.contextmanager
@@ -130,6 +138,7 @@ class _Checkpoint:
         self.path, self.digest = path, s.digest()
         self.data: dict = {"settings": self.digest, "units": {}}
         self.last = time.monotonic()
+        self.resumed = 0
         if path is not None and path.exists():
             try:
                 with open(path, "rb") as f:
@@ -183,24 +192,27 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable)
     units = [(fam, i) for fam, e in sorted(enums.items()) for i in range(len(e.roots()))]
     done = ckpt.data["units"]
     todo = [u for u in units if u not in done]
-    with progress(len(units), "enumerating") as bar:
-        bar.update(len(units) - len(todo))
-        if jobs > 1 and len(todo) > 1:
-            from concurrent.futures import as_completed
-            with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
-                for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
-                    unit, recs = fut.result()
+    ckpt.resumed = len(units) - len(todo)
+    try:
+        with progress(len(units), "enumerating") as bar:
+            bar.update(len(units) - len(todo))
+            if jobs > 1 and len(todo) > 1:
+                from concurrent.futures import as_completed
+                with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
+                    for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
+                        unit, recs = fut.result()
+                        done[unit] = recs
+                        ckpt.save()
+                        bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
+            else:
+                _init_worker(s, quiet=False)
+                for u in todo:
+                    unit, recs = _run_unit(u)
                     done[unit] = recs
                     ckpt.save()
                     bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
-        else:
-            _init_worker(s)
-            for u in todo:
-                unit, recs = _run_unit(u)
-                done[unit] = recs
-                ckpt.save()
-                bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
-    ckpt.save(force=True)
+    finally:  # an interruption keeps what is done
+        ckpt.save(force=True)
     return {u: done[u] for u in units}
 
 
@@ -223,7 +235,8 @@ def pair_all(s: Settings, records: list, counts: dict) -> list:
             pairer.bucket(key, recs, input_fps)
     counts.update({"graphs": len(records), "buckets": len(buckets),
                    "buckets_shared": sum(1 for b in buckets.values() if len(b) > 1), "bucket_cap_dropped": capped})
-    counts.update({f"pruned_{k}" if k not in ("pairs", "identities") else k: v for k, v in pairer.stats.items()})
+    counts.update({f"pruned_{k}" if k not in ("pairs", "identities", "pairs_not_star") else k: v
+                   for k, v in pairer.stats.items()})
     counts["candidates"] = len(pairer.kept)
     return pairer.kept
 
@@ -244,34 +257,40 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     ckpt = _Checkpoint(ck_path, s)
     counts: dict = {}
     units = enumerate_all(s, jobs, ckpt, progress)
+    counts["units_resumed"] = ckpt.resumed
     records = [r for u in sorted(units) for r in units[u]]
     counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
     cands = pair_all(s, records, counts)
     pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
-    # generalize
+    # generalize: split variables used twice, then dimensions
     t1 = time.perf_counter()
-    if "groups" not in ckpt.data or ckpt.data.get("n_cands") != len(cands):
-        groups: list = [None] * len(cands)
+    if ckpt.data.get("n_cands") != len(cands):
+        general: list = [None] * len(cands)
         work = [(i, c, pool) for i, c in enumerate(cands)]
         with progress(len(work), "generalizing") as bar:
             if jobs > 1 and len(work) > 8:
                 with _workers(jobs) as ex:
-                    for i, g in ex.map(_generalize_one, work, chunksize=16):
-                        groups[i] = g
+                    for i, c2, g, vars_ in ex.map(_generalize_one, work, chunksize=16):
+                        general[i] = (c2, g, vars_)
                         bar.update(1)
             else:
                 for w in work:
-                    i, g = _generalize_one(w)
-                    groups[i] = g
+                    i, c2, g, vars_ = _generalize_one(w)
+                    general[i] = (c2, g, vars_)
                     bar.update(1)
-        ckpt.data["groups"], ckpt.data["n_cands"] = groups, len(cands)
+        ckpt.data["general"], ckpt.data["n_cands"] = general, len(cands)
         ckpt.save(force=True)
-    groups = ckpt.data["groups"]
+    general = ckpt.data["general"]
     counts["t_generalize_s"] = round(time.perf_counter() - t1, 1)
     # emit, dedupe generalized rules, verify (fallback: the pool's classes, ungeneralized)
     t2 = time.perf_counter()
-    entries, seen = [], {}
-    for c, g in zip(cands, groups):
+    entries, seen, forms = [], {}, set()
+    for c, g, vars_ in general:
+        pool = {**pool, **vars_}
+        form = canonical_form(c, {v: pool[v].kind for v in c.inputs})
+        if form in forms:  # equal to a kept candidate once generalized
+            continue
+        forms.add(form)
         cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
         e = rule_entry(c, g, pool, cls)
         fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
@@ -281,6 +300,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
         seen[e["digest"]] = True
         entries.append((c, e, fb if fb["digest"] != e["digest"] else None))
     counts["generalized_distinct"] = len(entries)
+    counts["pruned_instance_of_general"] = len(general) - len(forms)
     statuses = _verify_entries(s, entries, jobs, use_cache, counts)
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
     kept = [(c, e, st) for (c, e, st) in statuses if st.ok]
@@ -293,6 +313,8 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     counts["t_total_s"] = round(time.perf_counter() - t0, 1)
     if out:
         atomic_write(str(out), lambda f: f.write(text), mode="w")
+    if ck_path is not None and ck_path.exists():
+        ck_path.unlink()  # done: the next run with these settings starts afresh (verdicts stay cached)
     return GenerateResult(s, text, rules, counts, {e["name"]: st.status for _c, e, st in statuses},
                           [(c, e, st.status) for c, e, st in statuses])
 

@@ -46,10 +46,44 @@ def _side(nodes: tuple, prefix: str, fixed: dict) -> tuple[list, dict]:
     return lines, names
 
 
+def _first_use(c) -> dict:
+    """Input names renamed in order of first use in the source (a, b, c, ...): equal rules read equal."""
+    order: list = []
+    for n in c.src:
+        for a in n.args:
+            if a[0] == "i" and a[1] not in order:
+                order.append(a[1])
+    order += [v for v in c.inputs if v not in order]
+    return {v: "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else f"v{i}" for i, v in enumerate(order)}
+
+
+def _renamed(c, ren: dict):
+    from .graphs import GNode
+    from .pairs import Candidate
+
+    def node(n):
+        attrs = tuple((k, tuple(DimSum((ren[v], ax) for v, ax in x) for x in val)
+                       if isinstance(val, tuple) and val and all(isinstance(x, DimSum) for x in val) else val)
+                      for k, val in n.attrs)
+        return GNode(n.op, attrs, tuple(("i", ren[a[1]]) if a[0] == "i" else a for a in n.args))
+
+    def ref(r):
+        return ("i", ren[r[1]]) if r[0] == "i" else r
+
+    return Candidate(tuple(node(n) for n in c.src), c.src_outputs, tuple(node(n) for n in c.dst),
+                     tuple(ref(r) for r in c.dst_outputs), tuple(ren[v] for v in c.inputs), c.fingerprint)
+
+
 def rule_entry(c, groups: list, pool: dict, classes: dict) -> dict:
     """The rule as plain data: name, text lines for each key, the symbols, and a content digest.
 
-    `groups` lists groups of (var, axis) that share a symbol; `classes` maps (var, axis) to its pool class."""
+    `groups` lists groups of (var, axis) that share a symbol; `classes` maps (var, axis) to its pool class. Inputs
+    are renamed a, b, c, ... in order of first use."""
+    ren = _first_use(c)
+    c = _renamed(c, ren)
+    pool = {ren[v]: pool[v] for v in ren}
+    groups = sorted(sorted((ren[v], a) for v, a in g) for g in groups)
+    classes = {(ren[v], a): k for (v, a), k in classes.items() if v in ren}
     src_lines, src_names = _side(c.src, "t", {})
     out_names = [src_names[r] for r in c.src_outputs]
     fixed = {}
@@ -72,13 +106,13 @@ def rule_entry(c, groups: list, pool: dict, classes: dict) -> dict:
         if k in VERIFY_DIMS:
             dims[s] = VERIFY_DIMS[k]
     where = []
-    for v in c.inputs:
+    for v in sorted(c.inputs):
         where.append(f"ndim({v}) == {len(pool[v].shape)}")
     for g in groups:
         first = g[0]
         for p in g[1:]:
             where.append(f"dim({p[0]}, {p[1]}) == dim({first[0]}, {first[1]})")
-    shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in c.inputs}
+    shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in sorted(c.inputs)}
     body = "\n".join(src_lines + ["->"] + dst_lines + where + [repr(shapes)])
     digest = hashlib.sha256(body.encode()).hexdigest()[:10]
     ops = "_".join(sorted({n.op for n in c.src}))

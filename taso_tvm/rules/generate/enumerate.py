@@ -17,7 +17,8 @@ import numpy as np
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType, normalize_axis
 from .graphs import DimSum, GNode, apply_node, connected, fingerprint, graph_inputs, graph_outputs, n_outputs
-from .op_facets import ARITY, ATTRS, CARRIES, OPERANDS, PARTITION, SAME_SHAPE
+from ..op_facets import commutative
+from ..op_facets import GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PARTITION, GEN_SAME_SHAPE
 from .pool import CLASS_SIZES, InputVar, dim_class
 
 
@@ -39,14 +40,24 @@ def concrete_shape(var: InputVar) -> tuple:
     return tuple(CLASS_SIZES[d] if isinstance(d, str) else d for d in var.shape)
 
 
-def input_values(pool: list, seed: int) -> dict:
-    """Random small non-zero integers for each input (the same for every graph of a run)."""
+def random_values(shapes: dict, seed: int) -> dict:
+    """Random non-zero integers for each input: up to 64 in magnitude (exact through several products), up to 4096
+    for a scalar (a scalar is one draw: a small range would let it equal a constant by chance)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for v in pool:
-        vals = rng.integers(1, 5, size=concrete_shape(v)) * rng.choice([-1, 1], size=concrete_shape(v))
-        out[v.name] = np.asarray(vals, dtype=np.float64)
+    for name, shape in sorted(shapes.items()):
+        top = 4096 if len(shape) == 0 else 64
+        sign = np.where(rng.random(size=shape) < 0.5, -1, 1).reshape(-1)
+        if sign.size >= 2:  # both signs present, whatever the draw (else relu(x) would equal x)
+            sign[0], sign[-1] = -1, 1
+        vals = rng.integers(1, top + 1, size=shape) * sign.reshape(shape)
+        out[name] = np.asarray(vals, dtype=np.float64)
     return out
+
+
+def input_values(pool: list, seed: int) -> dict:
+    """The pool's input values (the same for every graph of a run)."""
+    return random_values({v.name: concrete_shape(v) for v in pool}, seed)
 
 
 def _word_values(word: str, op: str, types: list) -> list:
@@ -60,12 +71,12 @@ def _word_values(word: str, op: str, types: list) -> list:
         return [types[0].shape[1] // types[1].shape[1]]
     if word == "swap_last":
         return [tuple(range(nd - 2)) + (nd - 1, nd - 2)] if nd >= 2 else []
-    raise ValueError(f"{op}: unknown attribute word {word!r} in its {ATTRS} facet")
+    raise ValueError(f"{op}: unknown attribute word {word!r} in its {GEN_ATTRS} facet")
 
 
 def attr_variants(op: str, types: list) -> list:
     """Every attribute assignment the operator's facet enumerates, for these argument types."""
-    spec = facet(op, ATTRS) or {}
+    spec = facet(op, GEN_ATTRS) or {}
     keys, domains = [], []
     for k, vals in sorted(spec.items()):
         keys.append(k)
@@ -97,7 +108,7 @@ def _carry(node: GNode, st: _State, out_type: TensorType, o: int) -> tuple:
     nd = out_type.ndim
     dims: list = [None] * nd
     parts: dict = {}
-    mode = facet(node.op, PARTITION)
+    mode = facet(node.op, GEN_PARTITION)
     a0 = node.args[0]
     if mode == "join":
         ax = normalize_axis(dict(node.attrs)["axis"], nd)
@@ -129,7 +140,7 @@ def _carry(node: GNode, st: _State, out_type: TensorType, o: int) -> tuple:
         if len(mine) > 1:
             parts[ax] = tuple(mine)
         return tuple(dims), parts
-    for arg, ia, oa in facet(node.op, CARRIES):
+    for arg, ia, oa in facet(node.op, GEN_CARRIES):
         if arg >= len(node.args):
             continue
         src = node.args[arg]
@@ -186,11 +197,11 @@ class Enumerator:
         return True
 
     def _operands_ok(self, st: _State, op: str, args: tuple, types: list) -> bool:
-        if facet(op, SAME_SHAPE):
+        if facet(op, GEN_SAME_SHAPE):
             top = max(t.ndim for t in types)
             if len({t.shape for t in types if t.ndim == top}) > 1:
                 return False
-        spec = facet(op, OPERANDS)
+        spec = facet(op, GEN_OPERANDS)
         if spec:
             for i, axes in spec.items():
                 if i >= len(args):
@@ -207,9 +218,12 @@ class Enumerator:
     def candidates(self, st: _State, used: dict) -> Iterator[GNode]:
         avail = self._available(st, used)
         for op in self.ops:
-            arity = facet(op, ARITY) or OPS[op].inputs
-            mode = facet(op, PARTITION)
+            arity = facet(op, GEN_ARITY) or OPS[op].inputs
+            mode = facet(op, GEN_PARTITION)
+            swap = commutative(op)
             for args in itertools.product(avail, repeat=arity):
+                if swap and repr(args[0]) > repr(args[1]):  # the matcher tries both orders: enumerate one
+                    continue
                 if not self._order_ok(args, used):
                     continue
                 types = [st.type[a] for a in args]

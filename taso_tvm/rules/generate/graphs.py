@@ -17,11 +17,11 @@ import numpy as np
 
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType
-from .op_facets import OUTPUTS
+from ..op_facets import GEN_OUTPUTS
 
 Ref = tuple
 MAX_ELEMENTS = 4096  # a tensor larger than this is not enumerated (keeps evaluation cheap)
-MAX_MAGNITUDE = 1e12
+MAX_MAGNITUDE = 1e15
 
 
 class DimSum(tuple):
@@ -39,7 +39,7 @@ class DimSum(tuple):
 
 @functools.lru_cache(maxsize=None)
 def n_outputs(op: str) -> int:
-    return facet(op, OUTPUTS)
+    return facet(op, GEN_OUTPUTS)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Candidate rules from fingerprint buckets, pruned as TASO prunes them.
 
-A pair (source, target) of graphs with equal output fingerprints is a candidate when the target reads only inputs
+Within a bucket, graphs are paired with the bucket's smallest graph (both ways), not with each other: any other pair
+is the composition of two of these. A pair (source, target) is a candidate when the target reads only inputs
 the source reads, the two share no operator applied to the same arguments (a common subgraph: the rule would be
 a smaller rule in context), and no kept candidate equals it up to renaming the inputs of a kind. A graph whose
 outputs equal inputs gives a candidate whose target is those inputs.
@@ -64,7 +65,7 @@ class Pairer:
         self.max_ops = max_ops
         self.seen: set = set()
         self.kept: list = []
-        self.stats = {"pairs": 0, "input_subset": 0, "common_subgraph": 0, "renaming": 0, "identities": 0}
+        self.stats = {"pairs": 0, "pairs_not_star": 0, "input_subset": 0, "common_subgraph": 0, "renaming": 0, "identities": 0}
 
     def _offer(self, c: Candidate) -> None:
         canon = canonical_form(c, self.kinds)
@@ -77,13 +78,22 @@ class Pairer:
     def bucket(self, key: tuple, records: list, input_fps: dict) -> None:
         """All candidates of one bucket (records sorted deterministically by the caller)."""
         fp = key[0].hex() if len(key) == 1 else "+".join(k.hex()[:8] for k in key)
-        # identities: every output equals an input the graph reads
-        for r in records:
-            names = [input_fps.get(f) for f in r.fps]
-            if all(n is not None and n in r.inputs for n in names):
-                self.stats["identities"] += 1
-                self._offer(Candidate(r.nodes, r.outputs, (), tuple(("i", n) for n in names), r.inputs, fp))
-        for s, d in itertools.permutations(records, 2):
+        # identities: every output equals an input the graph reads; such a bucket gives nothing else (a pair of
+        # its graphs is one identity followed by the other's inverse)
+        names = [input_fps.get(f) for f in key]
+        if all(n is not None for n in names):
+            for r in records:
+                if all(input_fps[f] in r.inputs for f in r.fps):
+                    self.stats["identities"] += 1
+                    self._offer(Candidate(r.nodes, r.outputs, (), tuple(("i", input_fps[f]) for f in r.fps),
+                                          r.inputs, fp))
+            return
+        # a star around the smallest graph: g -> g2 is g -> rep followed by rep -> g2, so pairing every graph with
+        # the representative both ways keeps what all pairs give (up to composing two rules)
+        rep = records[0]
+        star = [(r, rep) for r in records[1:]] + [(rep, r) for r in records[1:]]
+        self.stats["pairs_not_star"] += len(records) * (len(records) - 1) - len(star)
+        for s, d in star:
             self.stats["pairs"] += 1
             if not set(d.inputs) <= set(s.inputs):
                 self.stats["input_subset"] += 1
