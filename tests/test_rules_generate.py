@@ -16,8 +16,11 @@ from taso_tvm.rules.generate.graphs import GNode, expr_text, fingerprint
 from taso_tvm.rules.generate.pairs import Candidate
 from taso_tvm.rules.generate.pool import build_pool, families
 
-TASO_2 = ["add", "conv2d", "matmul", "mul", "relu"]  # the operators of TASO's rules of two operators per side
-KINDS_2 = ["act4", "conv3x3", "mat"]
+# TASO's rules of two operators per side use matmul, add and mul (on 2-D tensors) and conv2d with relu; the conv
+# run keeps stride 1 (TASO's own rules use stride 1, SAME), as the verifier's conv proofs take seconds each
+RUNS = [dict(ops=["add", "matmul", "mul"], kinds=["mat"]),
+        dict(ops=["conv2d", "relu"], kinds=["act4", "conv3x3"],
+             attrs={"conv2d": {"strides": [(1, 1)], "padding": ["SAME", "VALID"]}})]
 
 
 # ---------------------------------------------------------------- pieces
@@ -81,9 +84,10 @@ def test_settings_reject_unknown_operators_and_kinds():
 # ---------------------------------------------------------------- end to end at --max-ops 2
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen") / "generated.yaml"
-    res = generate_rules(2, ops=TASO_2, kinds=KINDS_2, jobs=2, out=str(out))
-    return res, out
+    """[(result, file)] of the runs at --max-ops 2."""
+    d = tmp_path_factory.mktemp("gen")
+    return [(generate_rules(2, jobs=2, out=str(d / f"run{i}.yaml"), **kw), d / f"run{i}.yaml")
+            for i, kw in enumerate(RUNS)]
 
 
 def _taso_two_op_identities():
@@ -115,15 +119,16 @@ def _taso_two_op_identities():
 
 
 def test_max_ops_2_finds_tasos_two_operator_rules(generated):
-    res, _out = generated
+    rules = [r for res, _out in generated for r in res.rules]
     for what, src, dst in _taso_two_op_identities():
-        path = rewrite_path(res.rules, src, dst, max_steps=1)
+        path = rewrite_path(rules, src, dst, max_steps=1)
         assert path is not None and len(path) == 1, f"{what} not found"
 
 
-def test_max_ops_2_writes_only_verified_rules(generated):
-    res, out = generated
-    assert res.counts["verified"] == len(res.rules) > 10
+@pytest.mark.parametrize("run", range(len(RUNS)))
+def test_max_ops_2_writes_only_verified_rules(generated, run):
+    res, out = generated[run]
+    assert res.counts["verified"] == len(res.rules) >= 2
     written = {r.name for r in parse_rules(out.read_text())}
     assert written == {r.name for r in res.rules}
     assert all(res.verdicts[n] == "verified" for n in written)
@@ -134,8 +139,8 @@ def test_max_ops_2_writes_only_verified_rules(generated):
 
 
 def test_output_is_deterministic_and_resumes(generated, tmp_path):
-    res, out = generated
-    again = generate_rules(2, ops=TASO_2, kinds=KINDS_2, jobs=1, out=str(tmp_path / "again.yaml"))
+    res, out = generated[0]
+    again = generate_rules(2, jobs=1, out=str(tmp_path / "again.yaml"), **RUNS[0])
     assert again.text == res.text  # one process or two, same settings: same file
     # interrupt the enumeration after a few units, then resume from the checkpoint
     calls = {"n": 0}
@@ -160,34 +165,36 @@ def test_output_is_deterministic_and_resumes(generated, tmp_path):
 
     target = tmp_path / "resumed.yaml"
     with pytest.raises(Stop):
-        generate_rules(2, ops=TASO_2, kinds=KINDS_2, jobs=1, out=str(target), progress=Bar)
+        generate_rules(2, jobs=1, out=str(target), progress=Bar, **RUNS[0])
     assert not target.exists() and (tmp_path / "resumed.yaml.ckpt").exists()
-    resumed = generate_rules(2, ops=TASO_2, kinds=KINDS_2, jobs=1, out=str(target))
+    resumed = generate_rules(2, jobs=1, out=str(target), **RUNS[0])
     assert resumed.counts["units_resumed"] > 0
     assert resumed.text == res.text and target.read_text() == res.text
     assert not (tmp_path / "resumed.yaml.ckpt").exists()
 
 
-def test_generated_rules_match_and_apply_on_a_zoo_model(generated):
+@pytest.mark.parametrize("model", ["seed_example", "nasnet_a"])
+def test_generated_rules_match_and_apply_on_a_zoo_model(generated, model):
     from taso_tvm import zoo
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.relay_pass.lift import lift_function
     from taso_tvm.rules import apply_match, find_matches
 
-    res, _out = generated
-    (block,) = lift_function(load_onnx(zoo.get_model("squeezenet", image_size=64))["main"])
+    rules = [r for res, _out in generated for r in res.rules]
+    onnx_model = zoo.get_model(model)
+    (block,) = lift_function(load_onnx(onnx_model)["main"])
     g = block.graph
-    feeds = {"input": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    feeds = zoo.random_inputs(onnx_model)
     ref = g.evaluate(feeds)[0]
     applied = 0
-    for r in res.rules:
+    for r in rules:
         for m in find_matches(r, g)[:2]:
             g2 = apply_match(r, g, m)
             if g2 is None:
                 continue
             np.testing.assert_allclose(g2.evaluate(feeds)[0], ref, rtol=1e-4, atol=1e-4, err_msg=r.name)
             applied += 1
-    assert applied >= 3
+    assert applied >= 1
 
 
 def test_cli_generate_writes_a_rule_file(tmp_path, capsys):

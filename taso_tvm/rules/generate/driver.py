@@ -46,13 +46,18 @@ class Settings:
     kinds: tuple
     per_kind: int
     seed: int = 0
+    attrs: tuple = ()  # ((op, ((attr, values), ...)), ...): values replacing the generator facet's
+
+    def attr_overrides(self) -> dict:
+        return {op: {k: tuple(v) for k, v in items} for op, items in self.attrs}
 
     def digest(self) -> str:
         return hashlib.sha256((FORMAT + json.dumps(asdict(self), sort_keys=True)).encode()).hexdigest()[:16]
 
     def describe(self) -> str:
+        extra = "".join(f" {op}.{k}={list(v)}" for op, items in self.attrs for k, v in items)
         return f"max_ops={self.max_ops} ops={','.join(self.ops)} kinds={','.join(self.kinds)} " \
-               f"per_kind={self.per_kind} seed={self.seed}"
+               f"per_kind={self.per_kind} seed={self.seed}{extra}"
 
 
 @dataclass
@@ -73,8 +78,9 @@ def generatable_ops() -> list:
 
 
 def make_settings(max_ops: int, ops: Optional[list] = None, kinds: Optional[list] = None,
-                  per_kind: Optional[int] = None, seed: int = 0) -> Settings:
-    """Defaults: every generatable operator up to 2 operators, TASO's operators (and pool) from 3 on."""
+                  per_kind: Optional[int] = None, seed: int = 0, attrs: Optional[dict] = None) -> Settings:
+    """Defaults: every generatable operator up to 2 operators, TASO's operators (and pool) from 3 on. `attrs`
+    ({op: {attribute: values}}) narrows or widens what an operator's generator facet enumerates."""
     if max_ops < 1:
         raise ValueError("max_ops must be at least 1")
     if ops is None:
@@ -91,8 +97,12 @@ def make_settings(max_ops: int, ops: Optional[list] = None, kinds: Optional[list
         kinds = {k for op in ops for k in facet(op, GEN_INPUTS)}
         if max_ops >= 3:
             kinds = {k for k in kinds if k in TASO_KINDS} or kinds
+    frozen = tuple(sorted((op, tuple(sorted((k, tuple(v)) for k, v in d.items()))) for op, d in (attrs or {}).items()))
+    for op, _items in frozen:
+        if op not in ops:
+            raise ValueError(f"attribute values given for {op}, which is not among the operators")
     return Settings(max_ops, tuple(sorted(set(ops))), tuple(sorted(kinds)),
-                    per_kind if per_kind is not None else min(max_ops + 1, 4), seed)
+                    per_kind if per_kind is not None else min(max_ops + 1, 4), seed, frozen)
 
 
 # ---------------------------------------------------------------- enumeration units (run in workers)
@@ -101,7 +111,7 @@ _WORKER: dict = {}
 
 def _enumerators(s: Settings) -> dict:
     pool = build_pool(set(s.kinds), s.per_kind)
-    return {fam: Enumerator(list(s.ops), p, s.max_ops, s.seed) for fam, p in families(pool)}
+    return {fam: Enumerator(list(s.ops), p, s.max_ops, s.seed, s.attr_overrides()) for fam, p in families(pool)}
 
 
 def _init_worker(s: Settings, quiet: bool = True) -> None:
@@ -196,7 +206,7 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable)
     try:
         with progress(len(units), "enumerating") as bar:
             bar.update(len(units) - len(todo))
-            if jobs > 1 and len(todo) > 1:
+            if jobs > 1 and s.max_ops >= 3 and len(todo) > 1:  # smaller runs take less than starting workers
                 from concurrent.futures import as_completed
                 with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
                     for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
@@ -243,14 +253,14 @@ def pair_all(s: Settings, records: list, counts: dict) -> list:
 
 def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out: Optional[str] = None,
                    checkpoint: Optional[str] = None, kinds: Optional[list] = None, per_kind: Optional[int] = None,
-                   seed: int = 0, use_cache: bool = True,
+                   seed: int = 0, attrs: Optional[dict] = None, use_cache: bool = True,
                    progress: Optional[Callable[[int, str], ContextManager]] = None) -> GenerateResult:
     """Discover substitution rules of up to `max_ops` operators per side, verify them, and return (and with `out`,
     write) the verified ones as a YAML rule file.
 
     `checkpoint` (default: `out` + ".ckpt") keeps finished work across an interruption; `progress(total, desc)`
     returns a context manager with `update(n, note)` (the command line passes the project's progress bar)."""
-    s = make_settings(max_ops, ops, kinds, per_kind, seed)
+    s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
     progress = progress or _no_progress
     t0 = time.perf_counter()
     ck_path = Path(checkpoint) if checkpoint else Path(str(out) + ".ckpt") if out else None
@@ -268,7 +278,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
         general: list = [None] * len(cands)
         work = [(i, c, pool) for i, c in enumerate(cands)]
         with progress(len(work), "generalizing") as bar:
-            if jobs > 1 and len(work) > 8:
+            if jobs > 1 and len(work) > 200:
                 with _workers(jobs) as ex:
                     for i, c2, g, vars_ in ex.map(_generalize_one, work, chunksize=16):
                         general[i] = (c2, g, vars_)

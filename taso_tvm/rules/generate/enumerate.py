@@ -74,9 +74,10 @@ def _word_values(word: str, op: str, types: list) -> list:
     raise ValueError(f"{op}: unknown attribute word {word!r} in its {GEN_ATTRS} facet")
 
 
-def attr_variants(op: str, types: list) -> list:
-    """Every attribute assignment the operator's facet enumerates, for these argument types."""
-    spec = facet(op, GEN_ATTRS) or {}
+def attr_variants(op: str, types: list, overrides: Optional[dict] = None) -> list:
+    """Every attribute assignment the operator's facet enumerates (values in `overrides` replace the facet's),
+    for these argument types."""
+    spec = {**(facet(op, GEN_ATTRS) or {}), **((overrides or {}).get(op, {}))}
     keys, domains = [], []
     for k, vals in sorted(spec.items()):
         keys.append(k)
@@ -163,8 +164,9 @@ def _carry(node: GNode, st: _State, out_type: TensorType, o: int) -> tuple:
 class Enumerator:
     """Depth-first enumeration of canonical graphs of up to `max_ops` operators over `pool` (one family)."""
 
-    def __init__(self, ops: list, pool: list, max_ops: int, seed: int = 0):
+    def __init__(self, ops: list, pool: list, max_ops: int, seed: int = 0, attrs: Optional[dict] = None):
         self.ops = sorted(ops)
+        self.attrs = attrs or {}
         self.pool = pool
         self.max_ops = max_ops
         self.values = input_values(pool, seed)
@@ -237,7 +239,7 @@ class Enumerator:
                             yield GNode(op, (("axis", ax), ("sizes", sizes)), args)
                     continue
                 seen = set()
-                for attrs in attr_variants(op, types):
+                for attrs in attr_variants(op, types, self.attrs):
                     try:  # the registry's normal form (SAME/VALID become pads at these shapes)
                         norm = tuple(sorted(OPS[op].make_attrs(dict(attrs), types).items()))
                     except (GraphError, ValueError, TypeError, IndexError):
