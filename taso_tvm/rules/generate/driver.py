@@ -23,7 +23,7 @@ from ...graph.ops import OPS, facet
 from ..language import RuleError, parse_rules
 from .emit import entry_yaml, rule_entry
 from .enumerate import Enumerator
-from .generalize import generalize, split_variables
+from .generalize import generalize, source_groups, split_variables
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
 from .pairs import Pairer, canonical_form
 from .pool import build_pool, dim_class, families
@@ -132,7 +132,7 @@ def _generalize_one(args: tuple) -> tuple:
     i, cand, pool = args
     pool = dict(pool)
     cand = split_variables(cand, pool)
-    return i, cand, generalize(cand, pool), {v: pool[v] for v in cand.inputs}
+    return i, cand, (generalize(cand, pool), source_groups(cand, pool)), {v: pool[v] for v in cand.inputs}
 
 
 @contextlib.contextmanager
@@ -302,9 +302,10 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
             continue
         forms.add(form)
         cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
-        e = rule_entry(c, g, pool, cls)
+        groups, implied = g
+        e = rule_entry(c, groups, pool, cls, implied)
         fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
-        fb = rule_entry(c, fallback_groups, pool, cls)
+        fb = rule_entry(c, fallback_groups, pool, cls, implied)
         if e["digest"] in seen:
             continue
         seen[e["digest"]] = True

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Optional
 
 from .graphs import DimSum
 
@@ -74,15 +74,43 @@ def _renamed(c, ren: dict):
                      tuple(ref(r) for r in c.dst_outputs), tuple(ren[v] for v in c.inputs), c.fingerprint)
 
 
-def rule_entry(c, groups: list, pool: dict, classes: dict) -> dict:
+def _constraints(groups: list, implied: list, ndims: dict) -> list:
+    """`where` lines: each input's rank; `shape(y) == shape(x)` for inputs whose shapes are equal (the axiomatic
+    proof uses it; it does not derive it from the source's typing); then the equalities of `groups` that neither
+    those nor the source's own typing (`implied`) give."""
+    group_of = {p: i for i, g in enumerate(groups) for p in g}
+    block = {p: i for i, g in enumerate(implied) for p in g}
+    lines = [f"ndim({v}) == {n}" for v, n in sorted(ndims.items())]
+    same: dict = {}  # symbolic shape -> first input with it
+    rep: dict = {}  # input -> the input whose shape it equals
+    for v in sorted(ndims):
+        sig = tuple(group_of[(v, i)] for i in range(ndims[v]))
+        if sig and sig in same:
+            rep[v] = same[sig]
+            lines.append(f"shape({v}) == shape({same[sig]})")
+        else:
+            same.setdefault(sig, v)
+    for g in groups:
+        reps: dict = {}
+        for (v, i) in g:
+            if v in rep:  # covered by its shape equality
+                continue
+            reps.setdefault(block.get((v, i), (v, i)), (v, i))
+        first, *others = list(reps.values()) or [None]
+        lines += [f"dim({v}, {i}) == dim({first[0]}, {first[1]})" for v, i in others]
+    return lines
+
+
+def rule_entry(c, groups: list, pool: dict, classes: dict, implied: Optional[list] = None) -> dict:
     """The rule as plain data: name, text lines for each key, the symbols, and a content digest.
 
-    `groups` lists groups of (var, axis) that share a symbol; `classes` maps (var, axis) to its pool class. Inputs
-    are renamed a, b, c, ... in order of first use."""
+    `groups` lists groups of (var, axis) that share a symbol, `implied` those the source's typing ties anyway;
+    `classes` maps (var, axis) to its pool class. Inputs are renamed a, b, c, ... in order of first use."""
     ren = _first_use(c)
     c = _renamed(c, ren)
     pool = {ren[v]: pool[v] for v in ren}
     groups = sorted(sorted((ren[v], a) for v, a in g) for g in groups)
+    implied = sorted(sorted((ren[v], a) for v, a in g) for g in (implied or []))
     classes = {(ren[v], a): k for (v, a), k in classes.items() if v in ren}
     src_lines, src_names = _side(c.src, "t", {})
     out_names = [src_names[r] for r in c.src_outputs]
@@ -105,13 +133,7 @@ def rule_entry(c, groups: list, pool: dict, classes: dict) -> dict:
         k = classes[g[0]]
         if k in VERIFY_DIMS:
             dims[s] = VERIFY_DIMS[k]
-    where = []
-    for v in sorted(c.inputs):
-        where.append(f"ndim({v}) == {len(pool[v].shape)}")
-    for g in groups:
-        first = g[0]
-        for p in g[1:]:
-            where.append(f"dim({p[0]}, {p[1]}) == dim({first[0]}, {first[1]})")
+    where = _constraints(groups, implied, {v: len(pool[v].shape) for v in c.inputs})
     shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in sorted(c.inputs)}
     body = "\n".join(src_lines + ["->"] + dst_lines + where + [repr(shapes)])
     digest = hashlib.sha256(body.encode()).hexdigest()[:10]

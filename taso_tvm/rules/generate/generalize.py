@@ -38,10 +38,18 @@ def holds(c: Candidate, shapes: dict, seed: int = 1) -> bool:
     return True
 
 
-def generalize(c: Candidate, pool: dict) -> list:
-    """Groups of input dimensions that must be equal: a list of lists of (var, axis), in a deterministic order.
+def builds(c: Candidate, shapes: dict) -> bool:
+    """Whether the source builds at these input shapes."""
+    try:
+        evaluate(c.src, shapes, random_values(shapes, 1))
+        return True
+    except (GraphError, ValueError, TypeError, IndexError, ZeroDivisionError, KeyError):
+        return False
 
-    `pool` maps input names to `InputVar`."""
+
+def _partition(c: Candidate, pool: dict, ok) -> list:
+    """The finest grouping of input dimensions (within the pool's classes) under which `ok(shapes)` still holds
+    when a group takes a size of its own."""
     positions = [(v, a) for v in c.inputs for a in range(len(pool[v].shape))]
     cls = {p: dim_class(pool[p[0]], p[1]) for p in positions}
     base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
@@ -65,7 +73,7 @@ def generalize(c: Candidate, pool: dict) -> list:
                         trial = dict(size)
                         for p in (p0,) + extra:
                             trial[p] = new
-                        if holds(c, shapes_of(trial)):
+                        if ok(shapes_of(trial)):
                             found = [p0, *extra]
                             break
                     if found is not None:
@@ -79,6 +87,17 @@ def generalize(c: Candidate, pool: dict) -> list:
             groups.append(found)
             remaining = [p for p in remaining if p not in found]
     return groups
+
+
+def generalize(c: Candidate, pool: dict) -> list:
+    """Groups of input dimensions that must be equal for the rule to hold: a list of lists of (var, axis), in a
+    deterministic order. `pool` maps input names to `InputVar`."""
+    return _partition(c, pool, lambda shapes: holds(c, shapes))
+
+
+def source_groups(c: Candidate, pool: dict) -> list:
+    """Groups of input dimensions that must be equal for the source to build (a match guarantees these)."""
+    return _partition(c, pool, lambda shapes: builds(c, shapes))
 
 
 def _rebuild(nodes: tuple, outputs: tuple, share: bool) -> tuple:
