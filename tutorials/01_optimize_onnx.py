@@ -17,7 +17,7 @@ model = zoo.get_model("squeezenet")
 # The search measures candidate kernels in ONNX Runtime (cost backend "auto" for ONNX output), checks every
 # rewritten region against the original nodes, and times the whole result against the original: unless it is
 # faster, the original comes back (time_cap bounds that timing).
-optimized, report = optimize_onnx(model, settings={"budget": 10}, time_cap=20)
+optimized, report = optimize_onnx(model, settings={"budget": 10}, time_cap=10)
 print(f"{report.searchable} of {report.nodes} nodes searched in {len(report.regions)} region(s)")
 print("rules applied:", dict(report.rules_applied))
 print("decision:", report.decision)
@@ -29,7 +29,7 @@ print("largest difference per output:", worst)
 
 # Speed, measured the way the project measures it: single runs of both models alternating in random order,
 # the median per-round ratio with its confidence interval.
-timing = compare_onnx(model, optimized, feeds, threads=2, time_cap=10)
+timing = compare_onnx(model, optimized, feeds, threads=2, time_cap=5)
 print(timing.summary())
 
 # Without the guard you get the rewrite itself, whatever its speed (`--no-time-check` on the command line).
