@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Iterable
 
@@ -22,6 +23,8 @@ RUNTIME_ENV = {"TVM_USE_RUNTIME_LIB": "1"}
 LEFT_OUT = ("__pycache__", "libtvm_compiler.so", "3rdparty", "src", "include", "cython", "web", "relax", "s_tir",
             "topi", "testing", "*.pyi", "*.h", "*.cc")
 PACKAGES = ("tvm", "tvm_ffi")
+CUDA_LIB = "libtvm_runtime_cuda.so"
+DRIVER_LIBS = ("libcuda.so",)  # the GPU driver's own library: the device's, never carried
 
 
 def package_dir(name: str) -> Path:
@@ -32,8 +35,28 @@ def package_dir(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def copy_runtime(dest: Path) -> list[Path]:
-    """Copy the runtime-only subset of tvm and tvm_ffi into `dest` (dest/tvm, dest/tvm_ffi); returns the files."""
+def cuda_runtime_libs() -> list[Path]:
+    """The CUDA toolkit libraries TVM's CUDA runtime links (libcudart.so.N), as this machine resolves them: they
+    travel next to it (its RUNPATH is $ORIGIN), so the device needs only its driver (libcuda.so.1)."""
+    lib = package_dir("tvm") / "lib" / CUDA_LIB
+    if not lib.is_file():
+        return []
+    try:
+        text = subprocess.run(["ldd", str(lib)], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    out = []
+    for line in text.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        path = rest.split(" (")[0].strip()
+        if name.startswith("libcu") and not name.startswith(DRIVER_LIBS) and path.startswith("/"):
+            out.append(Path(path))
+    return out
+
+
+def copy_runtime(dest: Path, cuda: bool = False) -> list[Path]:
+    """Copy the runtime-only subset of tvm and tvm_ffi into `dest` (dest/tvm, dest/tvm_ffi), with `cuda` also the
+    CUDA toolkit libraries TVM's CUDA runtime links; returns the files."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in PACKAGES:
@@ -41,6 +64,9 @@ def copy_runtime(dest: Path) -> list[Path]:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(package_dir(name), target, ignore=shutil.ignore_patterns(*LEFT_OUT))
+    if cuda:
+        for lib in cuda_runtime_libs():
+            shutil.copyfile(lib, dest / "tvm" / "lib" / lib.name)
     return sorted(p for p in dest.rglob("*") if p.is_file())
 
 

@@ -2,6 +2,7 @@
 the CPU in TVM's runtime-only mode, and the kernel timings exchange (export here, time there, import here)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +19,18 @@ LIMIT = 64 * 2**20
 SMALL = json.dumps({"seed_example": {"channels": 8, "size": 8}})
 
 
-def package_main(argv: list) -> int:
-    """benchmarks/cuda/package.py's main, run in this process (TVM is imported once)."""
+def package_module():
+    """benchmarks/cuda/package.py as a module, run in this process (TVM is imported once)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cuda_package", PACKAGE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.main(argv)
+    return mod
+
+
+def package_main(argv: list) -> int:
+    return package_module().main(argv)
 
 
 def runtime_only(pkg: Path, *cmd: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -77,7 +82,7 @@ def test_dry_run_in_runtime_only_mode_matches_the_references(pkg, tmp_path):
 
 def test_dry_run_refuses_a_damaged_package(pkg, tmp_path):
     copy = tmp_path / "pkg"
-    subprocess.run(["cp", "-r", str(pkg), str(copy)], check=True)
+    shutil.copytree(pkg, copy)
     (copy / "models" / "seed_example" / "reference.npz").write_bytes(b"not the reference")
     r = runtime_only(copy, "run_on_device.py", "--time-cap", "1", cwd=copy)
     assert r.returncode == 2 and "models/seed_example/reference.npz changed" in r.stderr
@@ -88,6 +93,7 @@ def test_kernel_timings_round_trip_into_the_cost_cache(pkg, tmp_path):
     r = runtime_only(pkg, str(kernels / "time_kernels.py"), "--out", str(tmp_path / "timings.json"), cwd=pkg)
     assert r.returncode == 0, r.stderr[-3000:]
     timings = json.loads((tmp_path / "timings.json").read_text())
+    assert timings["tvm_file"] == str(pkg / "runtime" / "tvm" / "__init__.py")
     measured = {t["key"]: t["cost_ms"] for t in timings["timings"]}
     assert measured and all(c > 0 for c in measured.values())
     cache = tmp_path / "costs.sqlite"
@@ -136,6 +142,95 @@ def test_package_over_the_limit_fails_naming_the_largest_files(tmp_path, capsys)
     assert not out.exists() and not (tmp_path / "pkg.partial").exists()
 
 
+def test_parts_each_under_the_limit_join_back_into_the_package(pkg, tmp_path):
+    copy = tmp_path / "pkg"
+    shutil.copytree(pkg, copy)
+    limit = 2 * 2**20
+    parts = package_module().write_parts(copy, limit)
+    folders = sorted(parts.iterdir())
+    assert len(folders) > 5 and [f.name for f in folders][:2] == ["part00", "part01"]
+    assert all(sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) <= limit for d in folders)
+    assert any(".chunk" in f.name for f in parts.rglob("*"))  # libtvm_runtime.so (3.4 MB) is cut in two
+    joined = tmp_path / "joined"
+    r = subprocess.run([sys.executable, str(parts / "part00" / "assemble.py"), "--out", str(joined)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+    def tree(root):
+        return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mode & 0o777)
+                for p in root.rglob("*") if p.is_file()}
+
+    assert tree(joined) == tree(copy)
+    (parts / "part03").rename(tmp_path / "away")
+    r = subprocess.run([sys.executable, str(parts / "part00" / "assemble.py"), "--out", str(tmp_path / "j2")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "parts missing" in r.stderr and "part03" in r.stderr
+
+
+CUDA_RELU = """
+import sys
+import tvm
+from tvm import relax
+from taso_tvm.cuda_build import device_code_formats, enable_cuda_codegen
+
+if sys.argv[1] == "enable":
+    print(enable_cuda_codegen())
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType([64, 64], "float32"))
+with bb.function("main", [x]):
+    bb.emit_func_output(bb.emit(relax.op.nn.relu(x)))
+t = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+with t:
+    ex = tvm.compile(bb.get(), t, relax_pipeline=relax.get_default_pipeline(t))
+ex.export_library(sys.argv[2])
+print(sorted(device_code_formats(sys.argv[2])), tvm.cuda(0).exist)
+"""
+
+
+DEVICE_LOAD = """
+import ctypes, sys
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # the driver stand-in: no GPU here
+import tvm
+from run_on_device import load_cuda_runtime
+
+why = load_cuda_runtime(tvm)
+lib = tvm.runtime.load_module(sys.argv[2])
+kinds = []
+def walk(m):
+    kinds.append(m.kind)
+    for i in m.imports:
+        walk(i)
+walk(lib)
+print(tvm.__file__, tvm.base._RUNTIME_ONLY, why or "loaded", tvm.cuda(0).exist, kinds[-1])
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cuda_libraries_hold_compiled_kernels_built_without_a_gpu(tmp_path):
+    """Without a driver TVM keeps CUDA kernels as source (the GPU machine would need nvcc to load them); with its
+    CUDA runtime enabled (on the driver stand-in here) they are compiled to cubins at build time."""
+    r = subprocess.run([sys.executable, "-c", CUDA_RELU, "enable", str(tmp_path / "relu.so")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    how, formats = r.stdout.splitlines()[:2]
+    assert how in ("stand-in", "driver", "loaded")
+    assert formats.startswith("['cubin']")
+    if how != "stand-in":
+        return
+    # the carried runtime, in runtime-only mode, loads TVM's CUDA runtime itself and reads the library's cubins
+    from taso_tvm.cuda_build import _standin_path
+    from taso_tvm.runtime_bundle import copy_runtime
+
+    copy_runtime(tmp_path / "runtime", cuda=True)
+    assert (tmp_path / "runtime" / "tvm" / "lib" / "libcudart.so.13").is_file() or not shutil.which("nvcc")
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=f"{tmp_path / 'runtime'}:{ROOT / 'benchmarks' / 'cuda'}")
+    r = subprocess.run([sys.executable, "-c", DEVICE_LOAD, str(_standin_path()), str(tmp_path / "relu.so")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == [str(tmp_path / "runtime" / "tvm" / "__init__.py"), "True", "loaded", "False",
+                                "cuda"]
+
+
 @pytest.mark.slow
 def test_squeezenet_packages_for_cuda_under_the_limit(tmp_path):
     out = tmp_path / "pkg"
@@ -145,5 +240,7 @@ def test_squeezenet_packages_for_cuda_under_the_limit(tmp_path):
     print(r.stdout)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"] == {"kind": "cuda", "arch": "sm_90"} and manifest["total_bytes"] < LIMIT
-    lib = (out / "models" / "squeezenet" / "optimized.so").read_bytes()
-    assert b"sm_90" in lib or b".target sm_90" in lib  # the device code is in the library
+    from taso_tvm.cuda_build import device_code_formats
+
+    for which in ("original", "optimized"):
+        assert device_code_formats(out / "models" / "squeezenet" / f"{which}.so") == {"cubin"}

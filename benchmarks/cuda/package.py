@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
+import math
 import platform
 import shutil
 import sys
@@ -35,7 +35,10 @@ if str(ROOT) not in sys.path:  # this checkout's taso_tvm, not another installed
 import numpy as np  # noqa: E402
 
 DEVICE_SCRIPT = Path(__file__).with_name("run_on_device.py")
+ASSEMBLE_SCRIPT = Path(__file__).with_name("assemble.py")
 FORMAT = "taso-tvm-cuda-package/1"
+PARTS_FORMAT = "taso-tvm-cuda-parts/1"
+PARTS_RESERVE = 1 << 20  # room kept in part00 for parts.json and assemble.py
 DEFAULT_LIMIT_MIB = 64
 DEFAULT_RTOL = {"cuda": 1e-3, "llvm": 1e-4}  # largest |out - ref| allowed, relative to max |ref|
 
@@ -48,7 +51,9 @@ def target_for(kind: str, arch: str):
     import tvm
 
     if kind == "cuda":
-        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+        from taso_tvm.cuda_build import enable_cuda_codegen
+
+        enable_cuda_codegen()  # cubins in the libraries: the GPU machine needs no nvcc
         return tvm.target.Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
     return tvm.target.Target({"kind": "llvm"})
 
@@ -70,8 +75,16 @@ def build(mod, target, path: Path) -> float:
     from tvm import relax
 
     t0 = time.perf_counter()
-    ex = tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
+    with target:  # nvcc takes the architecture from the current target
+        ex = tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
     ex.export_library(str(path))
+    if target.kind.name == "cuda":
+        from taso_tvm.cuda_build import device_code_formats
+
+        formats = device_code_formats(path)
+        if not formats or "cuda" in formats:
+            raise PackageError(f"{path.name}: the CUDA kernels were not compiled (formats: "
+                               f"{', '.join(sorted(formats)) or 'none'}); the GPU machine would need nvcc")
     return time.perf_counter() - t0
 
 
@@ -151,13 +164,13 @@ def export_search_kernels(names: list, args: argparse.Namespace, folder: Path, k
     return {"dir": "kernels", "kernels": rep.kernels, "built": rep.built, "build_failed": len(rep.failed)}
 
 
-def copy_support(folder: Path) -> None:
+def copy_support(folder: Path, cuda: bool) -> None:
     """The device script, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime."""
     from taso_tvm import runtime_bundle, timing
 
     shutil.copyfile(DEVICE_SCRIPT, folder / "run_on_device.py")
     shutil.copyfile(timing.__file__, folder / "timing.py")
-    runtime_bundle.copy_runtime(folder / "runtime")
+    runtime_bundle.copy_runtime(folder / "runtime", cuda=cuda)
 
 
 def sha256(path: Path) -> str:
@@ -199,6 +212,39 @@ def check_size(folder: Path, limit_mib: float, done: list) -> int:
     return total
 
 
+def write_parts(pkg: Path, limit_bytes: int) -> Path:
+    """Cut the package into folders PKG.parts/part00, part01, ... of at most `limit_bytes` each (a file larger
+    than the room left is cut into chunks), for uploads one part at a time; part00 holds assemble.py, which joins
+    them on the device, and parts.json."""
+    dest = pkg.with_name(pkg.name + ".parts")
+    tmp = pkg.with_name(pkg.name + ".parts.partial")
+    for d in (dest, tmp):
+        shutil.rmtree(d, ignore_errors=True)
+    part, room, index = 0, limit_bytes - PARTS_RESERVE, []
+    for f in sorted(p for p in pkg.rglob("*") if p.is_file()):
+        rel, size, off, chunks = str(f.relative_to(pkg)), f.stat().st_size, 0, []
+        with open(f, "rb") as r:
+            while True:
+                if room <= 0:
+                    part, room = part + 1, limit_bytes
+                n = min(room, size - off)
+                name = rel if off == 0 and n == size else f"{rel}.chunk{len(chunks):03d}"
+                out = tmp / f"part{part:02d}" / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(r.read(n))
+                chunks.append([f"part{part:02d}", name])
+                room, off = room - n, off + n
+                if off >= size:
+                    break
+        index.append({"path": rel, "bytes": size, "sha256": sha256(f), "mode": f.stat().st_mode & 0o777,
+                      "chunks": chunks})
+    shutil.copyfile(ASSEMBLE_SCRIPT, tmp / "part00" / "assemble.py")
+    (tmp / "part00" / "parts.json").write_text(json.dumps({"format": PARTS_FORMAT, "parts": part + 1,
+                                                           "files": index}))
+    tmp.rename(dest)
+    return dest
+
+
 def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     from taso_tvm import zoo
 
@@ -220,7 +266,11 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
                     help="also export the kernels a TVM-backend search would measure (for time_kernels.py)")
     ap.add_argument("--rtol", type=float, help="output tolerance relative to the output scale (default: 1e-3 "
                                                "cuda, 1e-4 llvm)")
-    ap.add_argument("--limit-mib", type=float, default=DEFAULT_LIMIT_MIB, help="largest package allowed")
+    ap.add_argument("--limit-mib", type=float, default=DEFAULT_LIMIT_MIB,
+                    help="largest package allowed (with --parts: largest part)")
+    ap.add_argument("--parts", action="store_true",
+                    help="no size limit on the package; also write OUT.parts/partNN, each under the limit, to be "
+                         "uploaded one at a time and joined on the device by part00/assemble.py")
     args = ap.parse_args(argv)
     if not isinstance(args.model_kwargs, dict) or not all(isinstance(v, dict) for v in args.model_kwargs.values()):
         ap.error("--model-kwargs must be a JSON object of model name -> object of arguments")
@@ -240,15 +290,16 @@ def make_package(args: argparse.Namespace) -> dict:
     try:
         target = target_for(kind, args.arch)
         cost = cost_for(args, kind, args.arch)
-        copy_support(tmp)
-        check_size(tmp, args.limit_mib, [])  # the runtime alone may not fit
+        copy_support(tmp, kind == "cuda")
+        limit = math.inf if args.parts else args.limit_mib
+        check_size(tmp, limit, [])  # the runtime alone may not fit
         entries, done = [], []
         for name in dict.fromkeys(args.models):
             entries.append(package_model(name, args, tmp, target, cost))
             done.append(name)
-            check_size(tmp, args.limit_mib, done)
+            check_size(tmp, limit, done)
         kernels = export_search_kernels(done, args, tmp, kind, args.arch) if args.kernels else None
-        check_size(tmp, args.limit_mib, done)
+        check_size(tmp, limit, done)
         manifest = write_manifest(tmp, entries, kernels, args, kind, args.arch)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -259,6 +310,8 @@ def make_package(args: argparse.Namespace) -> dict:
     if out.exists():
         out.rmdir()
     tmp.rename(out)
+    if args.parts:
+        write_parts(out, int(args.limit_mib * 2**20))
     return manifest
 
 
@@ -268,7 +321,7 @@ def main(argv: Optional[list] = None) -> int:
 
     try:
         manifest = make_package(args)
-    except (PackageError, TasoError) as e:
+    except (PackageError, TasoError, RuntimeError, ValueError, OSError) as e:  # TVM's errors are RuntimeErrors
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     total = manifest["total_bytes"]
@@ -277,6 +330,12 @@ def main(argv: Optional[list] = None) -> int:
     for m in manifest["models"]:
         size = sum(f["bytes"] for f in manifest["files"] if f["path"].startswith(m["dir"] + "/"))
         print(f"  {m['name']}: {size / 2**20:.1f} MiB")
+    if args.parts:
+        parts = sorted(Path(args.out + ".parts").iterdir())
+        sizes = ", ".join(f"{p.name} {sum(f.stat().st_size for f in p.rglob('*') if f.is_file()) / 2**20:.1f} MiB"
+                          for p in parts)
+        print(f"parts in {args.out}.parts: {sizes}; on the device, with every part uploaded: python3 "
+              f"part00/assemble.py --out PACKAGE")
     return 0
 
 

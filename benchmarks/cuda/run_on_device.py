@@ -43,6 +43,21 @@ def check_files(manifest: dict) -> list:
     return bad
 
 
+def load_cuda_runtime(tvm) -> str:
+    """Load TVM's CUDA runtime library (it registers the cuda device and the loader of CUDA modules): TVM's
+    runtime-only mode loads no device backend itself. Returns why it failed ('' when it is loaded)."""
+    import ctypes
+
+    libs = tvm.base._LOADED_LIBS
+    if "tvm_runtime_cuda" not in libs:
+        lib = Path(libs["tvm_runtime"]._name).resolve().parent / "libtvm_runtime_cuda.so"
+        try:
+            libs["tvm_runtime_cuda"] = ctypes.CDLL(str(lib), mode=ctypes.RTLD_LOCAL)
+        except OSError as e:  # no driver (libcuda.so.1), or a CUDA library missing
+            return str(e)
+    return ""
+
+
 def flat(out) -> list:
     """A VM result (a tensor or nested tuples of tensors) as a list of numpy arrays."""
     if hasattr(out, "numpy"):
@@ -147,9 +162,10 @@ def main(argv=None) -> int:
     if os.environ.get("TVM_USE_RUNTIME_LIB") != "1":
         print("note: TVM_USE_RUNTIME_LIB is not 1", file=sys.stderr)
     kind = manifest["device"] if args.device == "auto" else args.device
+    why = load_cuda_runtime(tvm) if kind == "cuda" else ""
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
     if not dev.exist:
-        print(f"error: no {kind} device on this machine", file=sys.stderr)
+        print(f"error: no {kind} device on this machine{': ' + why if why else ''}", file=sys.stderr)
         return 2
     device = (f"{dev.device_name} (sm_{str(dev.compute_version).replace('.', '')})" if kind == "cuda"
               else f"cpu {platform.processor() or platform.machine()}, TVM_NUM_THREADS="

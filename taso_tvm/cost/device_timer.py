@@ -48,6 +48,21 @@ def device_identity(tvm, kind: str, threads: int) -> str:
     return cpu_identity(threads)
 
 
+def load_cuda_runtime(tvm) -> str:
+    """Load TVM's CUDA runtime library (it registers the cuda device and the loader of CUDA modules): TVM's
+    runtime-only mode loads no device backend itself. Returns why it failed ('' when it is loaded)."""
+    import ctypes
+
+    libs = tvm.base._LOADED_LIBS
+    if "tvm_runtime_cuda" not in libs:
+        lib = Path(libs["tvm_runtime"]._name).resolve().parent / "libtvm_runtime_cuda.so"
+        try:
+            libs["tvm_runtime_cuda"] = ctypes.CDLL(str(lib), mode=ctypes.RTLD_LOCAL)
+        except OSError as e:  # no driver (libcuda.so.1), or a CUDA library missing
+            return str(e)
+    return ""
+
+
 def make_input(np, shape, dtype: str, serial: int):
     """Inputs as the TVM cost backend draws them: N(0, 0.1) floats, zero integers, one generator per shape."""
     rng = np.random.default_rng(serial)
@@ -90,14 +105,17 @@ def main(argv=None) -> int:
     if manifest.get("format") != KERNELS_FORMAT:
         print(f"error: {folder / MANIFEST} is not a kernel export ({KERNELS_FORMAT})", file=sys.stderr)
         return 2
+    kind = manifest["target"]["kind"]
+    use = ("cuda" if kind == "cuda" else "cpu") if args.device == "auto" else args.device
+    if use == "cpu" and manifest.get("threads"):  # CPU timings hold for the thread count the cache names
+        os.environ.setdefault("TVM_NUM_THREADS", str(manifest["threads"]))
     import numpy as np
     import tvm
 
-    kind = manifest["target"]["kind"]
-    use = ("cuda" if kind == "cuda" else "cpu") if args.device == "auto" else args.device
+    why = load_cuda_runtime(tvm) if use == "cuda" else ""
     dev = tvm.cuda(0) if use == "cuda" else tvm.cpu(0)
     if not dev.exist:
-        print(f"error: no {use} device on this machine", file=sys.stderr)
+        print(f"error: no {use} device on this machine{': ' + why if why else ''}", file=sys.stderr)
         return 2
     threads = int(os.environ.get("TVM_NUM_THREADS") or manifest.get("threads") or os.cpu_count() or 1)
     rows, arrays, t0 = [], {}, time.monotonic()
@@ -109,11 +127,12 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001  (a kernel that fails to run costs inf, as in the cost backend)
             reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]
             rows.append({"key": k["key"], "cost_ms": None, "status": "run_failed", "detail": reason})
-        print(f"[{i + 1}/{len(todo)}] {k['label']}: {rows[-1]['cost_ms'] if rows[-1]['cost_ms'] is not None else rows[-1]['detail']}",
-              file=sys.stderr)
+        last = rows[-1]
+        shown = f"{last['cost_ms']:.4g} ms" if last["cost_ms"] is not None else last["detail"]
+        print(f"[{i + 1}/{len(todo)}] {k['label']}: {shown}", file=sys.stderr)
     out = {"format": TIMINGS_FORMAT, "device": device_identity(tvm, use if use == "cuda" else "llvm", threads),
-           "tvm_version": tvm.__version__, "target": manifest["target"], "manifest_sha": manifest.get("id"),
-           "seconds": round(time.monotonic() - t0, 3), "timings": rows}
+           "tvm_version": tvm.__version__, "tvm_file": tvm.__file__, "target": manifest["target"],
+           "manifest_sha": manifest.get("id"), "seconds": round(time.monotonic() - t0, 3), "timings": rows}
     dest = Path(args.out) if args.out else folder / "timings.json"
     dest.write_text(json.dumps(out, indent=1))
     ok = sum(r["status"] == "ok" for r in rows)

@@ -150,7 +150,7 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     shutil.copyfile(Path(__file__).with_name("device_timer.py"), tmp / DEVICE_SCRIPT)
     if runtime:
-        copy_runtime(tmp / RUNTIME_DIR)
+        copy_runtime(tmp / RUNTIME_DIR, cuda=target.get("kind") == "cuda")
     if folder.exists():
         folder.rmdir()
     tmp.rename(folder)
@@ -183,6 +183,8 @@ def import_timings(folder: Path, timings: Path, cache_path: Optional[Path]) -> I
     """Store the device's timings of an export (`folder/kernels.json`) in the cost cache at `cache_path`, under
     the TVM backend's scope for the export's target and the device's name. Kernels that failed to build here
     are stored as failed. Refuses timings of another export, target or TVM version."""
+    if cache_path is None:
+        raise KernelExchangeError("importing kernel timings needs a cost cache file; none is set")
     folder = Path(folder)
     manifest = _read_json(folder / MANIFEST, "kernel export")
     data = _read_json(Path(timings), "kernel timings")
