@@ -115,6 +115,15 @@ def test_kernel_timings_round_trip_into_the_cost_cache(pkg, tmp_path):
         assert asked and cm.cache_hits == len(asked)
     assert set(asked) <= set(measured)
     assert asked == pytest.approx({k: measured[k] for k in asked})
+    # a next export round (the command line) exports only kernels the cache lacks for the device
+    import onnx
+
+    onnx.save(zoo.get_model("seed_example", channels=8, size=8), tmp_path / "seed.onnx")
+    assert cost_main(["export-kernels", str(tmp_path / "seed.onnx"), "--out", str(tmp_path / "round2"), "--target",
+                      "llvm", "--cache", str(cache), "--device", rep.device, "--no-runtime"]) == 0
+    if (tmp_path / "round2").exists():
+        again = json.loads((tmp_path / "round2" / "kernels.json").read_text())["kernels"]
+        assert again and not {k["key"] for k in again} & set(measured)
 
 
 def test_import_timings_refuses_another_export(pkg, tmp_path):
