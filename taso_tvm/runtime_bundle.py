@@ -3,7 +3,8 @@
 The folder holds the `tvm` Python package without its compiler library (libtvm_compiler.so, ~260 MB) and without
 the parts only compiling uses, and `tvm_ffi`. On the other machine (same OS and Python version) put the folder
 first on PYTHONPATH and set `TVM_USE_RUNTIME_LIB=1`: `import tvm` then loads libtvm_runtime.so only, and
-`tvm.runtime.load_module` + `tvm.runtime.vm.VirtualMachine` run exported libraries (llvm or cuda).
+`tvm.runtime.load_module` + `tvm.runtime.vm.VirtualMachine` run exported libraries. Runtime-only mode loads no
+device backend: for cuda, load tvm/lib/libtvm_runtime_cuda.so first (the device scripts do).
 
 This module imports nothing from the project (the package and the cost package both use it).
 """
@@ -14,9 +15,7 @@ import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterable
 
-RUNTIME_ENV = {"TVM_USE_RUNTIME_LIB": "1"}
 # parts of the two packages that a runtime-only `import tvm` never loads: the compiler library and what only the
 # compiler uses (Relax, TIR schedules, TOPI, the web runtime), C++ sources and headers, and bundled third-party code
 # (CUTLASS sources). tvm_ffi's libtvm_ffi_testing.so stays: its core extension links against it.
@@ -76,23 +75,3 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def file_table(root: Path, files: Iterable[Path]) -> list[dict]:
-    """[{path (relative to root), bytes, sha256}] of the files, largest first."""
-    rows = [{"path": str(Path(f).relative_to(root)), "bytes": Path(f).stat().st_size, "sha256": sha256(Path(f))}
-            for f in files]
-    rows.sort(key=lambda r: (-r["bytes"], r["path"]))
-    return rows
-
-
-def check_size(root: Path, limit_bytes: int) -> int:
-    """The total size of the files under `root`; raises ValueError naming the largest files when over the limit."""
-    files = [p for p in Path(root).rglob("*") if p.is_file()]
-    sizes = sorted(((p.stat().st_size, p) for p in files), key=lambda t: -t[0])
-    total = sum(s for s, _ in sizes)
-    if total > limit_bytes:
-        top = ", ".join(f"{p.relative_to(root)} {s / 2**20:.1f} MiB" for s, p in sizes[:5])
-        raise ValueError(f"'{root}' holds {total / 2**20:.1f} MiB, over the limit of {limit_bytes / 2**20:.0f} "
-                         f"MiB; largest: {top}")
-    return total

@@ -48,10 +48,22 @@ def pkg(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def device_run(pkg, tmp_path_factory) -> tuple:
+    """device_check.sh run as the GPU machine would (here on the CPU: the package is built for llvm)."""
+    out = tmp_path_factory.mktemp("device_out")
+    env = dict(os.environ, OUT=str(out), TVM_NUM_THREADS="2",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # python3 with numpy
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run(["sh", str(pkg / "device_check.sh"), "--time-cap", "1", "--max-rounds", "3"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    return r, out
+
+
 def test_package_holds_what_running_needs_and_no_compiler(pkg):
     manifest = json.loads((pkg / "manifest.json").read_text())
     files = {f["path"]: f for f in manifest["files"]}
-    for need in ("run_on_device.py", "timing.py", "runtime/tvm/lib/libtvm_runtime.so",
+    for need in ("run_on_device.py", "device_check.sh", "timing.py", "runtime/tvm/lib/libtvm_runtime.so",
                  "runtime/tvm_ffi/lib/libtvm_ffi.so", "models/seed_example/original.so",
                  "models/seed_example/optimized.so", "models/seed_example/inputs.npz",
                  "models/seed_example/reference.npz", "kernels/kernels.json", "kernels/time_kernels.py"):
@@ -67,17 +79,17 @@ def test_package_holds_what_running_needs_and_no_compiler(pkg):
     assert manifest["kernels"]["built"] > 0
 
 
-def test_dry_run_in_runtime_only_mode_matches_the_references(pkg, tmp_path):
-    out = tmp_path / "results"
-    r = runtime_only(pkg, "run_on_device.py", "--time-cap", "1", "--max-rounds", "3", "--out", str(out), cwd=pkg)
+def test_dry_run_in_runtime_only_mode_matches_the_references(pkg, device_run):
+    r, out = device_run
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert f"from {pkg / 'runtime' / 'tvm' / '__init__.py'} (runtime only: True)" in r.stdout
-    res = json.loads(out.with_suffix(".json").read_text())
+    assert "python 3." in (out / "machine.txt").read_text()
+    res = json.loads((out / "results.json").read_text())
     assert res["tvm_file"] == str(pkg / "runtime" / "tvm" / "__init__.py")
     (row,) = res["results"]
     assert row["ok"] and max(row["max_scaled_error"].values()) <= row["rtol"]
     assert row["original_ms"] > 0 and row["optimized_ms"] > 0 and row["rounds"] >= 1
-    assert "| seed_example |" in out.with_suffix(".md").read_text()
+    assert "| seed_example |" in (out / "results.md").read_text()
 
 
 def test_dry_run_refuses_a_damaged_package(pkg, tmp_path):
@@ -88,18 +100,18 @@ def test_dry_run_refuses_a_damaged_package(pkg, tmp_path):
     assert r.returncode == 2 and "models/seed_example/reference.npz changed" in r.stderr
 
 
-def test_kernel_timings_round_trip_into_the_cost_cache(pkg, tmp_path):
+def test_kernel_timings_round_trip_into_the_cost_cache(pkg, device_run, tmp_path):
     kernels = pkg / "kernels"
-    r = runtime_only(pkg, str(kernels / "time_kernels.py"), "--out", str(tmp_path / "timings.json"), cwd=pkg)
+    r, out = device_run
     assert r.returncode == 0, r.stderr[-3000:]
-    timings = json.loads((tmp_path / "timings.json").read_text())
+    timings = json.loads((out / "timings.json").read_text())
     assert timings["tvm_file"] == str(pkg / "runtime" / "tvm" / "__init__.py")
     measured = {t["key"]: t["cost_ms"] for t in timings["timings"]}
     assert measured and all(c > 0 for c in measured.values())
     cache = tmp_path / "costs.sqlite"
     manifest = json.loads((kernels / "kernels.json").read_text())
     assert set(measured) == {k["key"] for k in manifest["kernels"] if k["file"]}
-    rep = import_timings(kernels, tmp_path / "timings.json", cache)
+    rep = import_timings(kernels, out / "timings.json", cache)
     assert rep.measured == len(measured) and rep.device == timings["device"]
     # a search with the TVM backend under the device's name finds every kernel it asks for: nothing built or run
     from taso_tvm import load_onnx, zoo

@@ -18,7 +18,6 @@ and the error names the largest files.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
@@ -36,6 +35,7 @@ import numpy as np  # noqa: E402
 
 DEVICE_SCRIPT = Path(__file__).with_name("run_on_device.py")
 ASSEMBLE_SCRIPT = Path(__file__).with_name("assemble.py")
+CHECK_SCRIPT = Path(__file__).with_name("device_check.sh")
 FORMAT = "taso-tvm-cuda-package/1"
 PARTS_FORMAT = "taso-tvm-cuda-parts/1"
 PARTS_RESERVE = 1 << 20  # room kept in part00 for parts.json and assemble.py
@@ -165,25 +165,19 @@ def export_search_kernels(names: list, args: argparse.Namespace, folder: Path, k
 
 
 def copy_support(folder: Path, cuda: bool) -> None:
-    """The device script, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime."""
+    """The device scripts, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime."""
     from taso_tvm import runtime_bundle, timing
 
     shutil.copyfile(DEVICE_SCRIPT, folder / "run_on_device.py")
+    shutil.copyfile(CHECK_SCRIPT, folder / "device_check.sh")
     shutil.copyfile(timing.__file__, folder / "timing.py")
     runtime_bundle.copy_runtime(folder / "runtime", cuda=cuda)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_manifest(folder: Path, entries: list, kernels: Optional[dict], args: argparse.Namespace, kind: str,
                    arch: str) -> dict:
     import tvm
+    from taso_tvm.runtime_bundle import sha256
 
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     table = [{"path": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256(p)} for p in files]
@@ -216,6 +210,8 @@ def write_parts(pkg: Path, limit_bytes: int) -> Path:
     """Cut the package into folders PKG.parts/part00, part01, ... of at most `limit_bytes` each (a file larger
     than the room left is cut into chunks), for uploads one part at a time; part00 holds assemble.py, which joins
     them on the device, and parts.json."""
+    from taso_tvm import runtime_bundle
+
     dest = pkg.with_name(pkg.name + ".parts")
     tmp = pkg.with_name(pkg.name + ".parts.partial")
     for d in (dest, tmp):
@@ -236,8 +232,8 @@ def write_parts(pkg: Path, limit_bytes: int) -> Path:
                 room, off = room - n, off + n
                 if off >= size:
                     break
-        index.append({"path": rel, "bytes": size, "sha256": sha256(f), "mode": f.stat().st_mode & 0o777,
-                      "chunks": chunks})
+        index.append({"path": rel, "bytes": size, "sha256": runtime_bundle.sha256(f),
+                      "mode": f.stat().st_mode & 0o777, "chunks": chunks})
     shutil.copyfile(ASSEMBLE_SCRIPT, tmp / "part00" / "assemble.py")
     (tmp / "part00" / "parts.json").write_text(json.dumps({"format": PARTS_FORMAT, "parts": part + 1,
                                                            "files": index}))
