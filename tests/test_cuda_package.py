@@ -100,6 +100,16 @@ def test_dry_run_refuses_a_damaged_package(pkg, tmp_path):
     assert r.returncode == 2 and "models/seed_example/reference.npz changed" in r.stderr
 
 
+def test_dry_run_refuses_another_python_in_one_line(pkg, tmp_path):
+    copy = tmp_path / "pkg"
+    shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("runtime"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith("runtime/")]
+    (copy / "manifest.json").write_text(json.dumps(dict(manifest, python="3.99.0")))
+    r = runtime_only(copy, "run_on_device.py", cwd=copy)
+    assert r.returncode == 2 and "made for Python 3.99" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 def test_kernel_timings_round_trip_into_the_cost_cache(pkg, device_run, tmp_path):
     kernels = pkg / "kernels"
     r, out = device_run

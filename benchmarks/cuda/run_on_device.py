@@ -155,6 +155,11 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: the package is damaged: {', '.join(bad[:5])}", file=sys.stderr)
         return 2
+    made = ".".join(str(manifest.get("python", "")).split(".")[:2])
+    if made and made != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        print(f"error: the package's runtime was made for Python {made} (its compiled extensions); this is "
+              f"Python {platform.python_version()}: run it with python{made}", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(HERE))  # timing.py
     import tvm
 

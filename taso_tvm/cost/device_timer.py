@@ -105,6 +105,11 @@ def main(argv=None) -> int:
     if manifest.get("format") != KERNELS_FORMAT:
         print(f"error: {folder / MANIFEST} is not a kernel export ({KERNELS_FORMAT})", file=sys.stderr)
         return 2
+    made = ".".join(str(manifest.get("python", "")).split(".")[:2])
+    if made and made != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        print(f"error: the runtime was made for Python {made} (its compiled extensions); run this with "
+              f"python{made}", file=sys.stderr)
+        return 2
     kind = manifest["target"]["kind"]
     use = ("cuda" if kind == "cuda" else "cpu") if args.device == "auto" else args.device
     if use == "cpu" and manifest.get("threads"):  # CPU timings hold for the thread count the cache names

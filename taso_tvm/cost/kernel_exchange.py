@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import math
+import platform
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,7 +144,7 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
     finally:
         backend.close()
     manifest = {"format": KERNELS_FORMAT, "scope": {"backend": scope[0], "target": scope[1], "versions": scope[3]},
-                "target": target, "host": host, "threads": cfg.num_threads,
+                "target": target, "host": host, "threads": cfg.num_threads, "python": platform.python_version(),
                 "timing": {"repeat": cfg.repeat, "number": cfg.number, "min_repeat_ms": cfg.min_repeat_ms},
                 "kernels": entries}
     manifest["id"] = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:16]
