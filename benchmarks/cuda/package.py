@@ -174,8 +174,17 @@ def copy_support(folder: Path, cuda: bool) -> None:
     runtime_bundle.copy_runtime(folder / "runtime", cuda=cuda)
 
 
+def cost_counters(cost: Any) -> dict:
+    """With a measuring cost model: how many kernel costs came from the cache and how many were measured here."""
+    if not hasattr(cost, "backend"):
+        return {}
+    c = cost.backend.counters
+    return {"kernels_from_cache": cost.cache_hits, "kernels_built_here": c.builds,
+            "kernels_measured_here": c.measurements}
+
+
 def write_manifest(folder: Path, entries: list, kernels: Optional[dict], args: argparse.Namespace, kind: str,
-                   arch: str) -> dict:
+                   arch: str, cost: Any) -> dict:
     import tvm
     from taso_tvm.runtime_bundle import sha256
 
@@ -185,7 +194,8 @@ def write_manifest(folder: Path, entries: list, kernels: Optional[dict], args: a
                 "target": {"kind": kind, "arch": arch if kind == "cuda" else None},
                 "device": "cuda" if kind == "cuda" else "cpu", "rtol": args.rtol or DEFAULT_RTOL[kind],
                 "tvm_version": tvm.__version__, "python": platform.python_version(),
-                "search": {"cost": args.cost, "cost_device": args.cost_device, "config": args.config},
+                "search": {"cost": args.cost, "cost_device": args.cost_device, "config": args.config,
+                           **cost_counters(cost)},
                 "models": entries, "kernels": kernels,
                 "total_bytes": sum(r["bytes"] for r in table), "files": table}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
@@ -296,7 +306,7 @@ def make_package(args: argparse.Namespace) -> dict:
             check_size(tmp, limit, done)
         kernels = export_search_kernels(done, args, tmp, kind, args.arch) if args.kernels else None
         check_size(tmp, limit, done)
-        manifest = write_manifest(tmp, entries, kernels, args, kind, args.arch)
+        manifest = write_manifest(tmp, entries, kernels, args, kind, args.arch, cost)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
