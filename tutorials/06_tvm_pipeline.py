@@ -40,12 +40,18 @@ optimized = seq(taso.load_onnx(model))
 
 # 3. cuda: build here (nvcc is enough; no GPU needed), ship the library, run it on the GPU machine with
 #    `relax.VirtualMachine(tvm.runtime.load_module("squeezenet_cuda.so"), tvm.cuda())`.
+#    enable_cuda_codegen() makes TVM compile the kernels now (cubins), so the GPU machine needs only its driver;
+#    nvcc reads the architecture from the target in scope.
+from taso_tvm.cuda_build import device_code_formats, enable_cuda_codegen
+
 cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
 lib_path = os.path.join(tempfile.mkdtemp(), "squeezenet_cuda.so")
 try:
-    ex_cuda = tvm.compile(optimized, cuda, relax_pipeline="default")
+    enable_cuda_codegen()
+    with cuda:
+        ex_cuda = tvm.compile(optimized, cuda, relax_pipeline="default")
     ex_cuda.export_library(lib_path)
-    print("cuda library:", lib_path, os.path.getsize(lib_path) // 1024, "KiB")
+    print("cuda library:", lib_path, os.path.getsize(lib_path) // 1024, "KiB,", device_code_formats(lib_path))
 except Exception as e:  # no CUDA toolkit on this machine
     print("cuda build skipped:", str(e).splitlines()[-1])
 if tvm.cuda().exist:
