@@ -207,3 +207,37 @@ def test_cli_generate_writes_a_rule_file(tmp_path, capsys):
     assert rules and all(r.family == "generated" for r in rules)
     assert "verified rules" in capsys.readouterr().out
     assert main(["generate", "--max-ops", "2", "--ops", "nosuchop"]) == 2
+
+
+# ---------------------------------------------------------------- --max-ops 3 (slow)
+def _merge_relu_split_graphs():
+    """(what, source, target): two matmuls sharing an input merged; relu moved through a concat; concat + split
+    cancelled."""
+    out = []
+    s = NodeStore()
+    x, w1, w2 = (s.input(n, TensorType((4, 4))) for n in ("x", "w1", "w2"))
+    (a,) = s.add("matmul", [x, w1])
+    (b,) = s.add("matmul", [x, w2])
+    (y,) = s.add("matmul", [x, s.add("concat", [w1, w2], axis=1)[0]])
+    p, q = s.add("split", [y], axis=1, sizes=[4, 4])
+    out.append(("merge matmuls sharing an input", TensorGraph(s, [a, b]), TensorGraph(s, [p, q])))
+    s = NodeStore()
+    u, v = (s.input(n, TensorType((4, 4))) for n in "uv")
+    (c1,) = s.add("concat", [s.add("relu", [u])[0], s.add("relu", [v])[0]], axis=0)
+    (c2,) = s.add("relu", [s.add("concat", [u, v], axis=0)[0]])
+    out.append(("relu and concat commute", TensorGraph(s, [c1]), TensorGraph(s, [c2])))
+    s = NodeStore()
+    u, v = (s.input(n, TensorType((4, 4))) for n in "uv")
+    p, q = s.add("split", [s.add("concat", [u, v], axis=1)[0]], axis=1, sizes=[4, 4])
+    out.append(("concat / split cancel", TensorGraph(s, [p, q]), TensorGraph(s, [u, v])))
+    return out
+
+
+@pytest.mark.slow
+def test_max_ops_3_finds_merges_commutes_and_cancellations(tmp_path):
+    res = generate_rules(3, ops=["concat", "matmul", "relu", "split"], kinds=["mat"], jobs=2,
+                         out=str(tmp_path / "g3.yaml"))
+    assert res.counts["verified"] == len(parse_rules((tmp_path / "g3.yaml").read_text()))
+    for what, src, dst in _merge_relu_split_graphs():
+        path = rewrite_path(res.rules, src, dst, max_steps=1)
+        assert path is not None and len(path) == 1, f"{what} not found"

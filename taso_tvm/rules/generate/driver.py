@@ -11,20 +11,19 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import Callable, ContextManager, Optional
 
 from ...fileio import atomic_write
 from ...graph.ops import OPS, facet
 from ..language import RuleError, parse_rules
+from ..op_facets import GEN_ATTRS, GEN_INPUTS
 from .emit import entry_yaml, rule_entry
 from .enumerate import Enumerator
 from .generalize import generalize, source_groups, split_variables
-from ..op_facets import GEN_ATTRS, GEN_INPUTS
 from .pairs import Pairer, canonical_form
 from .pool import build_pool, dim_class, families
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType, normalize_axis
-from .graphs import DimSum, GNode, apply_node, connected, fingerprint, graph_inputs, graph_outputs, n_outputs
-from ..op_facets import commutative
-from ..op_facets import GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PARTITION, GEN_SAME_SHAPE
+from .graphs import DimSum, GNode, apply_node, connected, fingerprint, graph_inputs, graph_outputs
+from ..op_facets import (GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PARTITION, GEN_SAME_SHAPE,
+                         commutative)
 from .pool import CLASS_SIZES, InputVar, dim_class
 
 

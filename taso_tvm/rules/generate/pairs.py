@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from .graphs import expr_text, node_texts
-from .pool import InputVar
 
 
 @dataclass
@@ -65,7 +64,8 @@ class Pairer:
         self.max_ops = max_ops
         self.seen: set = set()
         self.kept: list = []
-        self.stats = {"pairs": 0, "pairs_not_star": 0, "input_subset": 0, "common_subgraph": 0, "renaming": 0, "identities": 0}
+        self.stats = {"pairs": 0, "pairs_not_star": 0, "input_subset": 0, "common_subgraph": 0, "renaming": 0,
+                      "identities": 0}
 
     def _offer(self, c: Candidate) -> None:
         canon = canonical_form(c, self.kinds)
