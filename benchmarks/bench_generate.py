@@ -150,6 +150,35 @@ def classify(rules, taso: list, max_steps: int) -> list:
     return rows
 
 
+def bench_search(generated: list, models: list) -> None:
+    """The search on zoo models with the shipped library alone and with the generated rules added (analytic cost)."""
+    from taso_tvm import load_onnx, zoo
+    from taso_tvm.cost import CostModel, load_cost_config
+    from taso_tvm.relay_pass.lift import lift_function
+    from taso_tvm.rules import RuleSet, load_rules
+    from taso_tvm.search import SearchConfig, optimize_graph
+
+    library = load_rules()
+    both = RuleSet(list(library) + list(generated))
+    print(f"\nsearch (analytic cost, default settings): library {len(library)} rules vs library + "
+          f"{len(generated)} generated")
+    print(f"{'model':14s} {'cost before':>12s} {'library':>10s} {'+generated':>10s} {'search s':>9s} "
+          f"{'+gen s':>7s}  generated rules applied")
+    with CostModel(load_cost_config(backend="analytic")) as cm:
+        for name in models:
+            g = lift_function(load_onnx(zoo.get_model(name))["main"])[0].graph
+            t = time.perf_counter()
+            _b1, s1 = optimize_graph(g, library, cm, SearchConfig())
+            t1 = time.perf_counter() - t
+            t = time.perf_counter()
+            _b2, s2 = optimize_graph(g, both, cm, SearchConfig())
+            t2 = time.perf_counter() - t
+            gen = {r.name for r in generated}
+            used = ", ".join(f"{k} x{v}" for k, v in s2.rules_applied.most_common() if k in gen) or "-"
+            print(f"{name:14s} {s1.cost_before:12.4g} {s1.cost_after:10.4g} {s2.cost_after:10.4g} {t1:9.2f} "
+                  f"{t2:7.2f}  {used}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-ops", type=int, default=3)
@@ -159,6 +188,9 @@ def main() -> int:
     ap.add_argument("--rules", default=None, help="a generated rule file to classify against (skip generating)")
     ap.add_argument("--out", default="generated_rules.yaml", help="where to write the generated rules")
     ap.add_argument("--steps", type=int, default=2, help="rewrite steps allowed for 'subsumed'")
+    ap.add_argument("--search", nargs="*", default=None, help="also run the search on these zoo models (none "
+                                                              "given: all) with and without the generated rules")
+    ap.add_argument("--no-taso", action="store_true", help="skip the comparison with TASO's rule file")
     args = ap.parse_args()
     from taso_tvm.rules import read_rule_files
     from taso_tvm.rules.generate import generate_rules
@@ -174,6 +206,11 @@ def main() -> int:
         rules = res.rules
     else:
         rules = read_rule_files([args.rules])
+    if args.search is not None:
+        from taso_tvm import zoo
+        bench_search(rules, args.search or zoo.list_models())
+    if args.no_taso:
+        return 0
     if not os.path.exists(args.taso):
         print(f"no TASO rule file at {args.taso}; skipping the comparison")
         return 0
