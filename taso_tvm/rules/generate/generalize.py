@@ -19,7 +19,8 @@ from .graphs import DimSum, GNode, evaluate
 from .pairs import Candidate
 from .pool import CLASS_SIZES, InputVar, dim_class
 
-MAX_CLASS_POSITIONS = 10  # a larger class keeps its dimensions together (2**9 trials per dimension)
+MAX_CLASS_POSITIONS = 12  # a larger class keeps its dimensions together
+MAX_GROUP = 4  # a dimension's group is sought among sets of at most this many (else the rest stay together)
 
 
 def holds(c: Candidate, shapes: dict, seed: int = 1) -> bool:
@@ -68,7 +69,7 @@ def _partition(c: Candidate, pool: dict, ok) -> list:
             found: Optional[list] = None
             if len(remaining) <= MAX_CLASS_POSITIONS:
                 new = base[p0] + 2 + fresh
-                for r in range(0, len(rest)):
+                for r in range(0, min(len(rest), MAX_GROUP)):
                     for extra in itertools.combinations(rest, r):
                         trial = dict(size)
                         for p in (p0,) + extra:
