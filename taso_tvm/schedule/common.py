@@ -1,0 +1,111 @@
+"""Schedule steps the rules share: vector width, inlining, and the parallel + vectorized loop nest of a spatial block."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from tvm import s_tir
+from tvm.target import Target
+
+from .blocks import BlockFacts, FuncFacts, block_facts
+
+DEFAULT_VECTOR_BITS = 128  # when the target does not say (SSE, NEON)
+MAX_WHOLE_VECTOR = 4  # an inner loop up to this many vectors long is vectorized whole rather than split
+MIN_PARALLEL_WORK = 2048  # fewer elements than this in a spatial block: run it serially (threads cost more)
+
+
+def vector_lanes(target: Target, bits: int = 32) -> int:
+    """SIMD lanes of `bits`-wide elements on the target (16 fp32 lanes on AVX-512, 8 on AVX2)."""
+    width = DEFAULT_VECTOR_BITS
+    try:
+        from tvm.target.codegen import llvm_get_vector_width
+
+        with target:
+            width = int(llvm_get_vector_width(target)) or DEFAULT_VECTOR_BITS
+    except Exception:  # noqa: BLE001 - not an llvm target, or no LLVM: assume the narrowest common width
+        pass
+    return max(width // max(bits, 8), 2)
+
+
+def dtype_bits(sch: s_tir.Schedule, b: BlockFacts) -> int:
+    """Bit width of the element type a block writes."""
+    try:
+        return int(sch.get(b.rv).writes[0].source.ty.dtype.bits)
+    except Exception:  # noqa: BLE001
+        return 32
+
+
+def inline_spatial(sch: s_tir.Schedule, facts: FuncFacts, blocks: list) -> list:
+    """Inline every block of `blocks` that can be inlined into its consumers (never one that writes a function
+    output); return the blocks that remain, in order."""
+    remaining = list(blocks)
+    changed = True
+    while changed:
+        changed = False
+        for b in list(remaining):
+            if facts.writes_output(b):
+                continue
+            try:
+                sch.compute_inline(b.rv)
+            except s_tir.ScheduleError:
+                continue
+            remaining.remove(b)
+            changed = True
+    return remaining
+
+
+def _fill(c: int, half: int) -> float:
+    """Share of the vector lanes doing work when a loop of `c` runs in half-vector steps."""
+    return c / (math.ceil(c / half) * half)
+
+
+def vector_split(extent: int, lanes: int) -> Optional[int]:
+    """The inner (vector) factor for a loop of `extent`: the whole loop when it is at most two vectors long, else
+    the largest divisor that fills whole half-vectors, else a divisor filling >= 3/4 of them, else the whole loop
+    when it is short; None when none fits (the caller splits by `lanes` and accepts a predicated tail)."""
+    if extent <= 1:
+        return None
+    if extent <= 2 * lanes:
+        return extent
+    half = max(lanes // 2, 1)
+    divisors = [c for c in range(half, 2 * lanes + 1) if extent % c == 0]
+    full = [c for c in divisors if c % half == 0]
+    if full:
+        return max(full)
+    good = [c for c in divisors if _fill(c, half) >= 0.75]
+    if good:
+        return max(good, key=lambda c: (_fill(c, half), c))
+    if extent <= MAX_WHOLE_VECTOR * lanes:
+        return extent
+    return None
+
+
+def schedule_spatial(sch: s_tir.Schedule, b: BlockFacts, lanes: int) -> None:
+    """Parallel outer loops, vectorized inner loop, for a spatial block at the top of the function."""
+    loops = sch.get_loops(b.rv)
+    if not loops:
+        return
+    extents = b.extents if len(b.extents) == len(loops) else [None] * len(loops)
+    inner_ext = extents[-1]
+    inner = loops[-1]
+    outer = loops[:-1]
+    if inner_ext is not None and inner_ext > 1:
+        factor = vector_split(inner_ext, lanes)
+        if factor is None:
+            factor = lanes
+        if factor < inner_ext:
+            o, inner = sch.split(inner, factors=[None, factor])
+            outer = outer + [o]
+        sch.vectorize(inner)
+    elif inner_ext == 1:
+        outer = loops
+    total = 1
+    for e in extents:
+        total *= e if e is not None else MIN_PARALLEL_WORK
+    if outer and total >= MIN_PARALLEL_WORK:
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        sch.parallel(fused)
+
+
+def refresh(sch: s_tir.Schedule, b: BlockFacts) -> BlockFacts:
+    return block_facts(sch, b.rv)

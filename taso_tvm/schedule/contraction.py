@@ -1,0 +1,161 @@
+"""The contraction rule: one reduction block with spatial output axes (conv2d in any stride, padding, groups or
+depthwise form, matmul, dense, batch matmul, pooling) plus spatial producers (padding) and an element-wise epilogue
+(bias, ReLU, residual add).
+
+Schedule, for the output tile [t_i x v_i] of each outer iteration:
+- the vector axis v is the output's innermost axis; its inner part v_i is vectorized;
+- the register-tile axis t is a spatial axis that the read feeding v does not use (conv: the output channel, since
+  the input row is shared by all of them; matmul: the row, since the weight row is shared), unrolled by t_i;
+- the accumulator tile lives in a local buffer (the epilogue's input, or a cache_write stage), written back
+  through the epilogue computed at the tile;
+- all outer loops fused and parallel; producers (padding) get their own parallel, vectorized nest;
+- vectorize and unroll before `decompose_reduction` (after it, the init block would break the compact dataflow).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from tvm import s_tir, tirx
+from tvm.target import Target
+
+from .blocks import BlockFacts, FuncFacts, func_facts
+from .common import dtype_bits, inline_spatial, schedule_spatial, vector_lanes, vector_split
+
+ACCUMULATOR_REGISTERS = 16  # vector registers given to the accumulator tile (AVX-512 and AVX2 have 32 and 16)
+MAX_ROW_TILE = 8  # at most this many rows of the tile axis per tile
+UNROLL_REDUCTION = 8  # innermost reduction loops up to this extent are unrolled (kernel windows)
+
+
+@dataclass
+class Plan:
+    """The loop structure chosen for the main block (iterator positions and inner factors)."""
+
+    order: list  # spatial iterator positions, outermost first (v and t appear once each, split)
+    v: int
+    v_inner: int
+    t: Optional[int]
+    t_inner: int
+
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
+    """Choose vector and tile axes for the main block; None when its output is not plainly indexed."""
+    out = main.writes[0]
+    axes = []
+    for dim in out.dims:
+        if len(dim) > 1:
+            return None
+        axes.extend(dim)
+    spatial = main.spatial()
+    if sorted(axes) != sorted(set(axes)) or set(axes) != set(spatial):
+        return None  # an output dim mixing iterators, or a spatial iterator not in the output
+    sized = [a for a in axes if main.extents[a] > 1]
+    if not sized:
+        return None
+    v = sized[-1]
+    if v != axes[-1] and any(main.extents[a] > 1 for a in axes[axes.index(v) + 1:]):
+        return None
+    for r in main.reads:  # the vector loads must run along the reads' innermost dimension
+        if v in r.used and (not r.dims or v not in r.dims[-1] or any(v in d for d in r.dims[:-1])):
+            return None
+    v_extent = main.extents[v]
+    v_inner = vector_split(v_extent, lanes) or lanes
+    # the read(s) that use v: the vector loads; a spatial axis they do not use is reused from registers
+    vector_reads = [r for r in main.reads if v in r.used]
+    candidates = [a for a in axes if a != v and main.extents[a] > 1
+                  and all(a not in r.used for r in vector_reads)]
+    if not candidates:  # e.g. depthwise conv: reuse the weight over output rows instead
+        candidates = [a for a in axes if a != v and main.extents[a] > 1
+                      and any(a not in r.used for r in main.reads)]
+    t, t_inner = None, 1
+    if candidates:
+        t = candidates[-1]
+        regs_per_row = max(1, -(-v_inner // lanes))
+        t_inner = _divisor_at_most(main.extents[t], max(1, min(MAX_ROW_TILE, ACCUMULATOR_REGISTERS // regs_per_row)))
+        if t_inner == 1:
+            t = None
+    return Plan(order=axes, v=v, v_inner=v_inner, t=t, t_inner=t_inner)
+
+
+def _main_block(facts: FuncFacts) -> Optional[int]:
+    idx = [i for i, b in enumerate(facts.blocks) if not b.is_spatial]
+    if len(idx) != 1:
+        return None
+    b = facts.blocks[idx[0]]
+    if not (b.is_reduction and b.has_init and b.static and len(b.writes) == 1):
+        return None
+    if not all(x.static for x in facts.blocks):
+        return None
+    return idx[0]
+
+
+def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.Schedule]:
+    """Schedule a PrimFunc with one reduction block; None when the function has another shape."""
+    sch = s_tir.Schedule(func)
+    facts = func_facts(sch)
+    if facts is None:
+        return None
+    i = _main_block(facts)
+    if i is None:
+        return None
+    main = facts.blocks[i]
+    lanes = vector_lanes(target, dtype_bits(sch, main))
+    p = plan(main, lanes)
+    if p is None:
+        return None
+    producers = facts.blocks[:i]
+    epilogue = inline_spatial(sch, facts, facts.blocks[i + 1:])
+    if len(epilogue) > 1:
+        return None
+    loops = sch.get_loops(main.rv)
+    if len(loops) != len(main.kinds):
+        return None
+    # split v and t; order: outer spatial (t_o innermost of them), reductions, t_i, v_i
+    v_o, v_i = sch.split(loops[p.v], factors=[None, p.v_inner]) if p.v_inner < main.extents[p.v] \
+        else (None, loops[p.v])
+    t_o, t_i = (sch.split(loops[p.t], factors=[None, p.t_inner]) if p.t is not None else (None, None))
+    outer = []
+    for a in p.order:
+        if a == p.v:
+            if v_o is not None:
+                outer.append(v_o)
+        elif a == p.t:
+            continue
+        else:
+            outer.append(loops[a])
+    if t_o is not None:
+        outer.append(t_o)
+    reduce = [loops[a] for a in main.reduce()]
+    inner = ([t_i] if t_i is not None else []) + [v_i]
+    sch.reorder(*outer, *reduce, *inner)
+    if outer:
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        sch.parallel(fused)
+    else:
+        fused = None
+    # accumulator: a local tile written back by the epilogue (or a copy stage) computed at the tile
+    if epilogue:
+        sch.set_scope(main.rv, 0, "local")
+        writer = epilogue[0].rv
+    else:
+        writer = sch.cache_write(main.rv, 0, "local")
+    if fused is not None:
+        sch.reverse_compute_at(writer, fused, preserve_unit_loops=True)
+    w_loops = sch.get_loops(writer)[1 if fused is not None else 0:]
+    if w_loops:
+        sch.vectorize(w_loops[-1])
+    sch.vectorize(v_i)
+    if t_i is not None:
+        sch.unroll(t_i)
+    last_r = reduce[-1] if reduce else None
+    if last_r is not None and main.extents[main.reduce()[-1]] <= UNROLL_REDUCTION and len(reduce) > 1:
+        sch.unroll(last_r)
+    if reduce:
+        sch.decompose_reduction(main.rv, reduce[0])
+    for b in producers:
+        schedule_spatial(sch, b, lanes)
+    return sch
