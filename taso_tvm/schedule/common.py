@@ -1,7 +1,6 @@
 """Schedule steps the rules share: vector width, inlining, and the parallel + vectorized loop nest of a spatial block."""
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from tvm import s_tir
@@ -54,27 +53,21 @@ def inline_spatial(sch: s_tir.Schedule, facts: FuncFacts, blocks: list) -> list:
     return remaining
 
 
-def _fill(c: int, half: int) -> float:
-    """Share of the vector lanes doing work when a loop of `c` runs in half-vector steps."""
-    return c / (math.ceil(c / half) * half)
+def whole_vectors(c: int, lanes: int) -> bool:
+    """Whether a loop of `c` elements maps onto whole registers: half a vector, one, or two."""
+    return c in (max(lanes // 2, 1), lanes, 2 * lanes)
 
 
 def vector_split(extent: int, lanes: int) -> Optional[int]:
-    """The inner (vector) factor for a loop of `extent`: the whole loop when it is at most two vectors long, else
-    the largest divisor that fills whole half-vectors, else a divisor filling >= 3/4 of them, else the whole loop
-    when it is short; None when none fits (the caller splits by `lanes` and accepts a predicated tail)."""
+    """The inner (vector) factor for a loop of `extent`: the largest of two vectors, one, or half a vector that
+    divides it; else the whole loop when it is at most MAX_WHOLE_VECTOR vectors long (LLVM splits an odd-sized
+    vector into legal pieces: fine for a single row, too many registers for a tile of rows); else None (the
+    caller splits by `lanes` and accepts a predicated tail)."""
     if extent <= 1:
         return None
-    if extent <= 2 * lanes:
-        return extent
-    half = max(lanes // 2, 1)
-    divisors = [c for c in range(half, 2 * lanes + 1) if extent % c == 0]
-    full = [c for c in divisors if c % half == 0]
-    if full:
-        return max(full)
-    good = [c for c in divisors if _fill(c, half) >= 0.75]
-    if good:
-        return max(good, key=lambda c: (_fill(c, half), c))
+    for c in (2 * lanes, lanes, max(lanes // 2, 1)):
+        if extent % c == 0:
+            return c
     if extent <= MAX_WHOLE_VECTOR * lanes:
         return extent
     return None

@@ -20,10 +20,12 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from .blocks import BlockFacts, FuncFacts, func_facts
-from .common import dtype_bits, inline_spatial, schedule_spatial, vector_lanes, vector_split
+from .common import dtype_bits, inline_spatial, schedule_spatial, vector_lanes, vector_split, whole_vectors
 
 ACCUMULATOR_REGISTERS = 16  # vector registers given to the accumulator tile (AVX-512 and AVX2 have 32 and 16)
 MAX_ROW_TILE = 8  # at most this many rows of the tile axis per tile
+CACHE_BLOCK_BYTES = 256 * 1024  # the broadcast operand's panel of one cache block stays within L2
+ELEMENT_BYTES = 4
 UNROLL_REDUCTION = 8  # innermost reduction loops up to this extent are unrolled (kernel windows)
 
 
@@ -36,6 +38,7 @@ class Plan:
     v_inner: int
     t: Optional[int]
     t_inner: int
+    t_block: int = 0  # rows of the tile axis per cache block (a multiple of t_inner); 0: the whole axis
 
 
 def _divisor_at_most(n: int, limit: int) -> int:
@@ -72,13 +75,21 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
         candidates = [a for a in axes if a != v and main.extents[a] > 1
                       and any(a not in r.used for r in main.reads)]
     t, t_inner = None, 1
-    if candidates:
+    if candidates and whole_vectors(v_inner, lanes):  # an odd-sized vector tile would spill
         t = candidates[-1]
         regs_per_row = max(1, -(-v_inner // lanes))
         t_inner = _divisor_at_most(main.extents[t], max(1, min(MAX_ROW_TILE, ACCUMULATOR_REGISTERS // regs_per_row)))
         if t_inner == 1:
             t = None
-    return Plan(order=axes, v=v, v_inner=v_inner, t=t, t_inner=t_inner)
+    t_block = 0
+    if t is not None:
+        reduce_size = 1
+        for a in main.reduce():
+            reduce_size *= main.extents[a]
+        panel_rows = max(t_inner, CACHE_BLOCK_BYTES // max(reduce_size * ELEMENT_BYTES, 1))
+        t_block = max(b for b in range(t_inner, main.extents[t] + 1, t_inner)
+                      if main.extents[t] % b == 0 and (b <= panel_rows or b == t_inner))
+    return Plan(order=axes, v=v, v_inner=v_inner, t=t, t_inner=t_inner, t_block=t_block)
 
 
 def _main_block(facts: FuncFacts) -> Optional[int]:
@@ -117,8 +128,13 @@ def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.
     # split v and t; order: outer spatial (t_o innermost of them), reductions, t_i, v_i
     v_o, v_i = sch.split(loops[p.v], factors=[None, p.v_inner]) if p.v_inner < main.extents[p.v] \
         else (None, loops[p.v])
-    t_o, t_i = (sch.split(loops[p.t], factors=[None, p.t_inner]) if p.t is not None else (None, None))
-    outer = []
+    t_oo, t_o, t_i = None, None, None
+    if p.t is not None:
+        t_block = p.t_block or main.extents[p.t]
+        t_oo, t_o, t_i = sch.split(loops[p.t], factors=[None, t_block // p.t_inner, p.t_inner])
+    # cache blocks of the tile axis outermost (their broadcast operand stays in L2 while the spatial tiles
+    # stream by), then the spatial tiles, then the register tiles of the block (the vector operand stays in L1)
+    outer = [t_oo] if t_oo is not None else []
     for a in p.order:
         if a == p.v:
             if v_o is not None:

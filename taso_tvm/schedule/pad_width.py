@@ -8,7 +8,7 @@ columns off again (`strided_slice`, fused by FuseOps with the element-wise ops a
 a few percent of FLOPs at the widths above (13 -> 16, the worst in the zoo, 23 %) and buy full vectors.
 
 The columns added read only the new zero padding or real input to their left, and are dropped: the result is
-the same function. Convolutions with symbolic shapes, other layouts, or widths below `granule` are left alone.
+the same function. Convolutions with symbolic shapes, other layouts, or outputs narrower than MIN_WIDTH are left alone.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 CONV2D = "relax.nn.conv2d"
+MIN_WIDTH = 4  # narrower outputs (1x1 maps, 2x2) would mostly compute padding
 
 
 def _static_shape(expr: relax.Expr) -> list:
@@ -52,7 +53,7 @@ class _Widen(PyExprMutator):
             return call
         width = out[3]
         extra = (-width) % self.granule
-        if extra == 0 or width < self.granule:
+        if extra == 0 or width < MIN_WIDTH:
             return call
         top, left, bottom, right = (int(p) for p in a.padding)
         stride_w = int(a.strides[1])
