@@ -8,8 +8,8 @@ mean; injective: element-wise and layout ops; a logged fallback for the rest).
 The package reads TIR only; it imports nothing from the search, the rules or the faces.
 """
 from .apply import FALLBACK, RULES, CpuSchedule, ScheduleReport, schedule_func
-from .pipeline import PIPELINE_NAME, schedule_passes, schedule_pipeline
+from .pipeline import PIPELINE_NAME, schedule_module, schedule_passes, schedule_pipeline
 from .threads import num_threads, set_num_threads
 
 __all__ = ["CpuSchedule", "ScheduleReport", "schedule_func", "RULES", "FALLBACK", "PIPELINE_NAME",
-           "schedule_passes", "schedule_pipeline", "set_num_threads", "num_threads"]
+           "schedule_module", "schedule_passes", "schedule_pipeline", "set_num_threads", "num_threads"]

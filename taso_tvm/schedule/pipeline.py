@@ -37,6 +37,19 @@ def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None) -> 
             + P.dataflow_lower_passes(target) + P.finalize_passes(target))
 
 
+def schedule_module(mod: tvm.IRModule, target: Target) -> tuple:
+    """(module, ScheduleReport): `mod` widened, legalized, fused and scheduled for an llvm `target`, not yet
+    lowered to the VM (for inspecting what the rules did)."""
+    from tvm.relax.backend.cpu_generic import pipeline as P
+
+    scheduler = CpuSchedule(target)
+    granule = max(vector_lanes(target) // 2, 1)
+    with target:
+        out = tvm.transform.Sequential([PadConvWidth(granule)] + P.library_dispatch_passes(target)
+                                       + P.legalize_passes(target) + [scheduler])(mod)
+    return out, scheduler.report
+
+
 def schedule_pipeline(target: Optional[Target] = None, scheduler: Optional[CpuSchedule] = None,
                       **_: Any) -> tvm.transform.Pass:
     """The Relax pipeline with CPU schedules (see the module doc). `scheduler`: a CpuSchedule instance whose
