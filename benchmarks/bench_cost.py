@@ -143,9 +143,9 @@ def _runner(backend: str, graph: TensorGraph):
 
     feeds = _feeds(graph)
     if backend == "ort":
-        from taso_tvm.cost.onnx_kernel import graph_onnx
+        from taso_tvm import export_onnx
 
-        return ort_runner(ort_session(graph_onnx(graph), THREADS), feeds)
+        return ort_runner(ort_session(export_onnx(graph), THREADS), feeds)
     import tvm
     from tvm import relax
 

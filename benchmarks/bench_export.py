@@ -99,12 +99,12 @@ def main(argv=None) -> int:
     from tvm.relax.frontend.onnx import from_onnx
 
     from taso_tvm.onnx_io.export import export_relax
-    from taso_tvm.onnx_io.export.suite import _quiet
+    from taso_tvm.quiet import quiet
 
     t0 = time.perf_counter()
     model, source = build_bert(a.layers)
     t1 = time.perf_counter()
-    with _quiet():
+    with quiet():
         mod = from_onnx(model)
     mod = relax.transform.FoldConstant()(mod)
     t2 = time.perf_counter()

@@ -27,7 +27,7 @@ def bench_verify(jobs: int) -> None:
     from taso_tvm.rules import load_rules
     from taso_tvm.rules.language import read_rule_files
     from taso_tvm.rules.ruleset import library_files
-    from taso_tvm.rules.verify import Cache, load_axioms, verify_axioms, verify_rules
+    from taso_tvm.rules.verify import Cache, load_axioms, tally, verify_axioms, verify_rules
 
     rules = read_rule_files(library_files())
     cache = Cache()
@@ -36,10 +36,9 @@ def bench_verify(jobs: int) -> None:
     t_ax = time.perf_counter() - t
     res = verify_rules(rules, jobs=jobs, axioms=axioms, cache=cache)
     cold = time.perf_counter() - t
-    ok = sum(r.ok for r in res)
     print(f"cold verification: {len(rules)} rules + {len(ax_res)} axioms in {cold:.1f} s with {jobs} processes "
-          f"(axioms {t_ax:.1f} s); {ok}/{len(rules)} rules verified, "
-          f"{sum(r.ok for r in ax_res)}/{len(ax_res)} axioms")
+          f"(axioms {t_ax:.1f} s); {tally(res)['verified']}/{len(rules)} rules verified, "
+          f"{tally(ax_res)['verified']}/{len(ax_res)} axioms")
     by_method: dict = {}
     for r in res:
         for m in r.methods:
@@ -63,25 +62,25 @@ def bench_match(models: list) -> None:
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.relay_pass.lift import lift_function
     from taso_tvm.rules import load_rules
-    from taso_tvm.rules.matcher import GraphIndex
+    from taso_tvm.rules.matcher import GraphIndex, find_matches
 
     rs = load_rules()
     for name in models:
         kw = {"layers": 12} if name == "bert" else {}
         g = lift_function(load_onnx(zoo.get_model(name, **kw))["main"])[0].graph
-        [r.matches(g, index=GraphIndex(g)) for r in rs]  # warm-up (compiles the patterns)
+        [find_matches(r, g, index=GraphIndex(g)) for r in rs]  # warm-up (compiles the patterns)
         runs, cpu, count = [], [], 0
         for _ in range(10):
             t, c = time.perf_counter(), time.process_time()
             index = GraphIndex(g)  # precomputed once per graph, shared by all rules
-            count = sum(len(r.matches(g, index=index)) for r in rs)
+            count = sum(len(find_matches(r, g, index=index)) for r in rs)
             runs.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
         per = []
         index = GraphIndex(g)
         for r in rs:
             t = time.perf_counter()
-            n = len(r.matches(g, index=index))
+            n = len(find_matches(r, g, index=index))
             per.append((time.perf_counter() - t, r.name, n))
         top = ", ".join(f"{n} {dt * 1000:.1f}ms" for dt, n, _ in sorted(per, reverse=True)[:3])
         print(f"match {name}: {len(g.topo_order())} nodes, {len(rs)} rules, {count} matches in "

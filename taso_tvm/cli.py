@@ -96,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-DELEGATED = {"cost": ("taso_tvm.cost.cli", "cost of each kernel of a model and the total (TASO's cost())"),
-             "rules": ("taso_tvm.rules.cli", "verify and list the rewrite rules (Z3 proofs, cached)")}
+DELEGATED = {"cost": ("taso_tvm.cli_cost", "cost of each kernel of a model and the total (TASO's cost())"),
+             "rules": ("taso_tvm.cli_rules", "verify and list the rewrite rules (Z3 proofs, cached)")}
 
 
 def _delegate(module: str, argv: list) -> int:

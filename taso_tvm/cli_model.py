@@ -413,14 +413,17 @@ def _random_vm_inputs(module_path: str) -> list:
 
 
 def add_model_commands(sub: Any) -> None:
+    from .search import SearchConfig
+
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
         p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '
                        '(optimize keeps symbolic dims symbolic unless --fix-shapes; default binding: 1 for a '
                        'symbolic dim on axis 0, 64 elsewhere)')
         if search:
             p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
-            p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best (default 1.05)")
-            p.add_argument("--budget", type=int, help="graphs expanded per region (default 10)")
+            p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best "
+                           f"(default {SearchConfig.alpha})")
+            p.add_argument("--budget", type=int, help=f"graphs expanded per region (default {SearchConfig.budget})")
             p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
             p.add_argument("--cost-backend", choices=["auto", "analytic", "tvm", "ort"],
                            help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "

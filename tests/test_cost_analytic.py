@@ -11,7 +11,7 @@ import pytest
 
 from taso_tvm.cost import CostModel, load_cost_config
 from taso_tvm.cost.flops import kernel_flops_bytes
-from taso_tvm.cost.progress import Progress
+from taso_tvm.progress import Progress
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 
 
@@ -106,9 +106,17 @@ def test_progress_bar_on_a_terminal_and_log_line_otherwise(caplog):
             p.update(note="conv2d")
     assert "\rmeasuring [" in tty.getvalue() and "4/4" in tty.getvalue()
     plain = io.StringIO()
-    with caplog.at_level(logging.INFO, logger="taso_tvm.cost"):
+    with caplog.at_level(logging.INFO, logger="taso_tvm.progress"):
         with Progress(2, "measuring", stream=plain) as p:
             p.update()
             p.update()
     assert plain.getvalue() == ""
     assert any("measuring: 2/2 kernels" in r.getMessage() for r in caplog.records)
+
+
+def test_an_operator_without_a_cost_facet_is_a_clear_error():
+    from taso_tvm.cost.flops import node_flops
+    from taso_tvm.graph.ops import FacetMissing
+
+    with pytest.raises(FacetMissing, match="operator 'opaque' has no 'cost.flops' facet"):
+        node_flops("opaque", {}, [], [(4,)])

@@ -12,8 +12,11 @@ from tvm import relax
 
 from taso_tvm.cost import Partitioner
 from taso_tvm.cost.kernel import KernelSig
-from taso_tvm.cost.patterns import TVM_NAMES, expand, tvm_names
+from taso_tvm.cost.op_facets import TVM_NAMES
+from taso_tvm.cost.patterns import expand, tvm_names
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
+from taso_tvm.graph.ops import OPS, facet
+from taso_tvm.graph.ops.facets import has_facet
 
 F32 = "float32"
 
@@ -40,7 +43,8 @@ def _fused(mod: tvm.IRModule) -> tvm.IRModule:
                                          relax.transform.FuseTIR()])(mod)
 
 
-_BASES = sorted({n for v in TVM_NAMES.values() for n in v} | {"tir_sigmoid", "tir_tanh"}, key=len, reverse=True)
+_BASES = sorted({n for op in OPS if has_facet(op, TVM_NAMES) for n in facet(op, TVM_NAMES)}
+                | {"tir_sigmoid", "tir_tanh"}, key=len, reverse=True)
 
 
 def _parse(name: str) -> tuple:
@@ -111,6 +115,7 @@ def _pattern_cases():
         "mul_scalar": ("mul", [m, S.input("s", TensorType(()))], {}),
         "div": ("div", [m, m], {}),
         "sub": ("sub", [m, m], {}),
+        "merge_gconv": ("merge_gconv", [S.input("wm", TensorType((8, 4, 3, 3)))], dict(count=2, groups=4)),
     }
     for op in ("relu", "sigmoid", "tanh", "gelu", "erf", "exp", "sqrt", "neg"):
         cases[op] = (op, [m], {})

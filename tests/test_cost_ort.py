@@ -1,16 +1,19 @@
-"""The ort backend: each kernel's ONNX form computes what the registry says; measurements and cache."""
+"""The ort backend: each kernel's ONNX form is what export_onnx writes and computes what the registry says;
+measurements and cache."""
 from __future__ import annotations
 
 import logging
 import math
 
 import numpy as np
+import onnx
 import pytest
 
 from taso_tvm.cost import CostModel, Partitioner, load_cost_config
 from taso_tvm.cost.config import CACHE_ENV
 from taso_tvm.cost.kernel import rebuild
-from taso_tvm.cost.onnx_kernel import kernel_onnx
+from taso_tvm import export_onnx
+from taso_tvm.cost.onnx_kernel import UnsupportedOp, kernel_onnx
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 
 ort = pytest.importorskip("onnxruntime")
@@ -53,6 +56,11 @@ def _cases():
                                                           S.weight(np.zeros(8, np.float32))], axes=(-1,)))
     yield "mean_keep", TensorGraph(S, S.add("mean", [x], axes=(2, 3), keepdims=True))
     yield "enlarge", TensorGraph(S, S.add("enlarge", [S.input("k", TensorType((8, 4, 1, 1)))], kernel=(3, 3)))
+    yield "avgpool_dilated", TensorGraph(S, S.add("avgpool2d", [x], kernel=(2, 2), dilation=(2, 2)))  # opset 19
+    yield "merge_gconv", TensorGraph(S, S.add("merge_gconv", [S.input("g", TensorType((8, 2, 3, 3)))], count=2,
+                                              groups=4))
+    yield "matmul_tanh", TensorGraph(S, S.add("matmul", [m, S.weight(np.zeros((8, 3), np.float32))],
+                                              activation="tanh"))
     e = S.add("sqrt", S.add("exp", S.add("neg", S.add("tanh", S.add("erf", [m])))))[0]
     yield "elementwise", TensorGraph(S, S.add("div", [S.add("sub", [e, m])[0], S.add("mul", [m, m])[0]]))
 
@@ -79,8 +87,8 @@ def test_ort_costs_cache_and_unsupported_ops(tmp_path, caplog):
     x = S.input("x", TensorType((1, 16, 28, 28)))
     small = S.add("conv2d", [x, S.weight(np.zeros((16, 16, 3, 3), np.float32))], padding=1)
     big = S.add("conv2d", [x, S.weight(np.zeros((64, 16, 3, 3), np.float32))], padding=1)
-    odd = S.add("avgpool2d", [x], kernel=(2, 2), dilation=(2, 2))  # no AveragePool dilations in opset 17
-    g = TensorGraph(S, small + big + odd)
+    odd = S.add("matmul", [S.input("q", TensorType((4, 8), "int8")), S.weight(np.ones((8, 4), np.int8))])
+    g = TensorGraph(S, small + big + odd)  # ONNX MatMul takes no int8: the exporter cannot write that kernel
     cfg = load_cost_config(backend="ort", threads=2, cache=str(tmp_path / "c.sqlite"), repeat=5, progress=False)
     with caplog.at_level(logging.INFO, logger="taso_tvm.cost"):
         with CostModel(cfg) as cm:
@@ -90,16 +98,54 @@ def test_ort_costs_cache_and_unsupported_ops(tmp_path, caplog):
             status = {k.sig.ops: cm.details[k.sig].status for k in cm.kernels(g)}
     assert all(math.isfinite(c) and c > 0 for c in costs.values())
     assert costs["conv2d f32[1,16,28,28]->[1,64,28,28]"] > costs["conv2d f32[1,16,28,28]->[1,16,28,28]"]
-    assert status[("avgpool2d",)] == "analytic"
+    assert status[("matmul",)] == "analytic"
     assert any("no ONNX form" in r.getMessage() for r in caplog.records)
     with CostModel(cfg) as warm:
         assert warm.graph_cost(g) == pytest.approx(sum(costs.values()))
         assert warm.backend.counters.measurements == 0
 
 
-def test_graph_onnx_matches_the_registry():
-    from taso_tvm.cost.onnx_kernel import graph_onnx
+def _kernel_graph(sig, arrays: dict) -> TensorGraph:
+    """The kernel as a graph of its own, weights as weight nodes: what export_onnx would get of it."""
+    S = NodeStore()
+    ins = [S.weight(arrays[k]) if w else S.input(f"p{k}", TensorType(tuple(s), d))
+           for k, (s, d, w) in enumerate(sig.inputs)]
+    nodes = []
+    for op, attrs, refs in sig.nodes:
+        nodes.append(S.make(op, [ins[-1 - i] if i < 0 else nodes[i].outputs[j] for i, j in refs], dict(attrs)))
+    return TensorGraph(S, [nodes[i].outputs[j] for i, j in sig.outputs])
 
+
+def _nodes(model) -> list:
+    return [(n.op_type, n.domain, sorted((a.name, str(onnx.helper.get_attribute_value(a))) for a in n.attribute))
+            for n in model.graph.node]
+
+
+@pytest.mark.parametrize("name,graph", list(_cases()), ids=[n for n, _ in _cases()])
+def test_kernel_onnx_is_what_export_onnx_writes(name, graph):
+    rng = np.random.default_rng(2)
+    for k in Partitioner().kernels(graph):
+        sig = k.sig
+        weights = {i: rng.standard_normal(s).astype(d) for i, (s, d, w) in enumerate(sig.inputs) if w}
+        ours = kernel_onnx(sig, weights=weights)
+        written = export_onnx(_kernel_graph(sig, weights))
+        assert _nodes(ours) == _nodes(written), f"{name}: {sig.label()}"
+        assert ours.opset_import == written.opset_import
+        assert sorted(onnx.numpy_helper.to_array(t).tobytes() for t in ours.graph.initializer) == \
+            sorted(onnx.numpy_helper.to_array(t).tobytes() for t in written.graph.initializer)
+
+
+def test_a_kernel_the_exporter_cannot_write_is_unsupported():
+    S = NodeStore()
+    q = S.input("q", TensorType((4, 8), "int8"))
+    g = TensorGraph(S, S.add("matmul", [q, S.weight(np.ones((8, 4), np.int8))]))
+    (k,) = Partitioner().kernels(g)
+    with pytest.raises(UnsupportedOp, match="MatMul"):
+        kernel_onnx(k.sig)
+
+
+def test_a_whole_graph_as_export_onnx_writes_it_matches_the_registry():
+    """The benchmark times whole graphs in ONNX Runtime as export_onnx writes them."""
     S = NodeStore()
     x = S.input("x", TensorType((1, 4, 9, 9)))
     rng = np.random.default_rng(3)
@@ -109,5 +155,5 @@ def test_graph_onnx_matches_the_registry():
     a, b = S.add("split", [y], axis=1, sizes=(3, 5))
     g = TensorGraph(S, [S.add("concat", [b, a], axis=1)[0], a])
     feeds = {"x": rng.standard_normal((1, 4, 9, 9)).astype(np.float32)}
-    for got, want in zip(_session(graph_onnx(g)).run(None, feeds), g.evaluate(feeds)):
+    for got, want in zip(_session(export_onnx(g)).run(None, feeds), g.evaluate(feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

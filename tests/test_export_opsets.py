@@ -161,7 +161,7 @@ def test_int8_arithmetic_names_the_op_below_opset14():
 
 @pytest.mark.slow
 def test_node_suite_at_every_opset_7_to_21():
-    from taso_tvm.onnx_io.export.opset_sweep import sweep
+    from onnx_opset_sweep import sweep
 
     res, swept, _ = sweep(range(7, 22))
     assert swept > 800

@@ -57,6 +57,22 @@ def test_same_padding_and_shape_inference():
     assert s.type(m).shape == (2, 3, 5, 6)
 
 
+def test_same_padding_is_one_function_for_conv_and_pool():
+    from taso_tvm.graph.ops.nn import same_padding
+
+    assert same_padding(7, 3, 2) == (1, 1) and same_padding(8, 3, 2) == (0, 1)  # an odd total pads after
+    assert same_padding(8, 3, 1, dilation=2) == (2, 2) and same_padding(5, 1, 1) == (0, 0)
+    s = NodeStore()
+    x = s.input("x", TensorType((1, 2, 8, 6)))
+    w = s.weight(np.zeros((4, 2, 3, 2), np.float32))
+    y, = s.add("conv2d", [x, w], strides=(2, 1), dilation=(1, 2), padding="same")
+    assert s.nodes[y[0]].attrs["padding"] == (0, 1, 1, 1) and s.type(y).shape == (1, 4, 4, 6)
+    p, = s.add("avgpool2d", [x], kernel=(3, 2), strides=(2, 2), padding="SAME")
+    assert s.nodes[p[0]].attrs["padding"] == (0, 0, 1, 0) and s.type(p).shape == (1, 2, 4, 3)
+    with pytest.raises(GraphError, match="pool2d: padding must be SAME, VALID or ints"):
+        s.add("maxpool2d", [x], kernel=(2, 2), padding="FULL")
+
+
 @pytest.mark.parametrize("op,inputs,attrs,msg", [
     ("conv2d", [(1, 3, 8, 8), (4, 5, 3, 3)], {}, "inconsistent"),
     ("add", [(2, 3), (4, 3)], {}, "do not broadcast"),

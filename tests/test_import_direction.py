@@ -67,7 +67,6 @@ def within(mod: str, pkg: str) -> bool:
     return mod == pkg or mod.startswith(pkg + ".")
 
 
-@pytest.mark.xfail(reason='issue #16 in progress', strict=False)
 def test_no_module_imports_upward():
     bad = []
     for mod, imps in all_modules().items():
@@ -83,7 +82,6 @@ def test_faces_are_imported_by_nothing_inside_the_package():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(reason='issue #16 in progress', strict=False)
 def test_no_import_cycles_between_modules():
     """Module-level cycles (a package `__init__` importing its own submodules is not a cycle)."""
     mods = all_modules()

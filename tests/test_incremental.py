@@ -13,7 +13,6 @@ from taso_tvm.cost import Partitioner
 from taso_tvm.graph import TensorGraph
 from taso_tvm.relay_pass.lift import lift_function
 from taso_tvm.rules import load_rules
-from taso_tvm.search.backtrack import apply_rule
 
 
 def _candidates(name: str, depth: int = 2, width: int = 2, most: int = 250):
@@ -27,7 +26,7 @@ def _candidates(name: str, depth: int = 2, width: int = 2, most: int = 250):
         for h in frontier[:width]:
             h.weight_only_ids()  # as the search does: a rewrite then derives its flags from the parent's
             for rule, m in rules.matches(h):
-                new = apply_rule(rule, h, m)
+                new = rules.apply(h, rule, m)
                 if new is not None:
                     pairs.append((h, new))
                     nxt.append(new)

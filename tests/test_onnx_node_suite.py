@@ -6,7 +6,7 @@ For every case of ``onnx.backend.test.case.node.collect_testcases(None)`` whose 
 case's expected outputs (case rtol/atol).  Failing cases are re-run in TVM itself; those
 TVM gets wrong too are *frontend-wrong* and excluded.  The failure table is written to a temporary
 file, or to ``docs/export_failures.md`` with ``TASO_TVM_UPDATE_DOCS=1`` (same as
-``python -m taso_tvm.onnx_io.export.suite --docs docs/export_failures.md``), so a test run leaves the tree clean.
+``python tests/onnx_node_suite.py --docs docs/export_failures.md``), so a test run leaves the tree clean.
 """
 import os
 
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from taso_tvm.onnx_io.export import suite  # noqa: E402
+import onnx_node_suite as suite  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "export_failures.md")

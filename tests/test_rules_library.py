@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from taso_tvm.rules import read_rule_files
+from taso_tvm.rules import apply_match, find_matches, read_rule_files
 from taso_tvm.rules.axiomatic import axiom_ops
 from taso_tvm.rules.instances import iter_instances, numpy_check
 from taso_tvm.rules.ruleset import library_files
@@ -84,8 +84,8 @@ def test_rule_holds_at_larger_shapes():
     (b,) = s.add("add", [s.add("conv2d", [x, w3], strides=2, padding=2)[0], b3])
     g = TensorGraph(s, [a, b])
     rule = byname["merge_convs_enlarge_bias"]
-    (m,) = rule.matches(g)
-    g2 = rule.apply(g, m)
+    (m,) = find_matches(rule, g)
+    g2 = apply_match(rule, g, m)
     feeds = {"x": rng.standard_normal((2, 16, 12, 12)).astype(np.float32)}
     for p, q in zip(g.evaluate(feeds), g2.evaluate(feeds)):
         np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-3)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
-from taso_tvm.rules import RuleSet, library_files, parse_rules, read_rule_files
+from taso_tvm.rules import RuleSet, apply_match, find_matches, library_files, parse_rules, read_rule_files
 
 F = "float32"
 
@@ -56,12 +56,12 @@ def test_multi_root_match_and_apply():
     (y,) = s.add("add", [s.add("relu", [a])[0], d])
     g = TensorGraph(s, [y, c])
     r = _rule(MERGE)
-    ms = r.matches(g)
+    ms = find_matches(r, g)
     # three matmuls share x: 3 unordered pairs (symmetric orders are reported once); the 4th matmul reads b, not x
     assert len(ms) == 3
     feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
     for m in ms:
-        g2 = r.apply(g, m)
+        g2 = apply_match(r, g, m)
         assert g2 is not None and g2 != g
         _check_equal(g, g2, feeds)
         assert sum(n.op == "split" for n in g2.topo_order()) == 1
@@ -75,8 +75,8 @@ def test_symmetric_matches_without_dedupe():
     (b,) = s.add("matmul", [x, _w(s, rng, 3, 4)])
     g = TensorGraph(s, [a, b])
     r = _rule(MERGE)
-    assert len(r.matches(g)) == 1
-    assert len(r.matches(g, dedupe=False)) == 2
+    assert len(find_matches(r, g)) == 1
+    assert len(find_matches(r, g, dedupe=False)) == 2
 
 
 def test_weight_constraint_and_identical_nodes():
@@ -85,12 +85,12 @@ def test_weight_constraint_and_identical_nodes():
     act = s.input("w", TensorType((3, 2), F))  # an activation, not a weight
     (a,) = s.add("matmul", [x, act])
     (b,) = s.add("matmul", [x, s.weight(np.ones((3, 2), np.float32))])
-    assert _rule(MERGE).matches(TensorGraph(s, [a, b])) == []
+    assert find_matches(_rule(MERGE), TensorGraph(s, [a, b])) == []
     # the same matmul twice is one node (hash-consing): no match of a two-node pattern
     (c,) = s.add("matmul", [x, s.weight(np.ones((3, 2), np.float32), key="k")])
     (d,) = s.add("matmul", [x, s.weight(np.ones((3, 2), np.float32), key="k")])
     assert c == d
-    assert [m.node_ids for m in _rule(MERGE).matches(TensorGraph(s, [c]))] == []
+    assert [m.node_ids for m in find_matches(_rule(MERGE), TensorGraph(s, [c]))] == []
 
 
 def test_interior_tensor_used_outside_is_refused():
@@ -106,11 +106,11 @@ def test_interior_tensor_used_outside_is_refused():
     x = s.input("x", TensorType((1, 2, 4, 4), F))
     (y,) = s.add("conv2d", [x, s.weight(np.ones((3, 2, 3, 3), np.float32))], padding=1)
     (z,) = s.add("relu", [y])
-    (m,) = r.matches(TensorGraph(s, [z]))
+    (m,) = find_matches(r, TensorGraph(s, [z]))
     (other,) = s.add("sigmoid", [y])  # y is also read outside the pattern
-    assert r.matches(TensorGraph(s, [z, other])) == []
-    assert r.matches(TensorGraph(s, [z, y])) == []  # ... or is a graph output
-    assert r.apply(TensorGraph(s, [z, other]), m) is None  # apply checks it too
+    assert find_matches(r, TensorGraph(s, [z, other])) == []
+    assert find_matches(r, TensorGraph(s, [z, y])) == []  # ... or is a graph output
+    assert apply_match(r, TensorGraph(s, [z, other]), m) is None  # apply checks it too
 
 
 def test_commutative_add_matches_either_order():
@@ -129,9 +129,9 @@ def test_commutative_add_matches_either_order():
     (t,) = s.add("add", [c1, x])  # constant first
     (y,) = s.add("add", [c2, t])
     g = TensorGraph(s, [y])
-    ms = r.matches(g)
+    ms = find_matches(r, g)
     assert len(ms) == 1
-    g2 = r.apply(g, ms[0])
+    g2 = apply_match(r, g, ms[0])
     _check_equal(g, g2, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
     assert g2.num_ops == 2 and any(n.op == "add" and all(g2.is_weight_only(i) for i in n.inputs)
                                    for n in g2.topo_order())
@@ -154,8 +154,8 @@ def test_apply_refuses_cycles():
     (w2,) = s.add("relu", [a])
     (b,) = s.add("matmul", [x, w2])
     g = TensorGraph(s, [b, a])
-    ms = [m for m in r.matches(g) if m.tensors["w2"] == w2]
-    assert ms and r.apply(g, ms[0]) is None
+    ms = [m for m in find_matches(r, g) if m.tensors["w2"] == w2]
+    assert ms and apply_match(r, g, ms[0]) is None
 
 
 def test_apply_not_applicable_returns_none():
@@ -165,8 +165,8 @@ def test_apply_not_applicable_returns_none():
     (a,) = s.add("matmul", [x, s.weight(np.ones((3, 2), np.float32))])
     (b,) = s.add("matmul", [x, s.weight(np.ones((2, 3, 4), np.float32))])  # 3-D weight: concat fails
     g = TensorGraph(s, [a, b])
-    ms = r.matches(g)
-    assert ms and all(r.apply(g, m) is None for m in ms)
+    ms = find_matches(r, g)
+    assert ms and all(apply_match(r, g, m) is None for m in ms)
 
 
 def test_attribute_constants_match_canonical_forms():
@@ -180,7 +180,7 @@ def test_attribute_constants_match_canonical_forms():
     s = NodeStore()
     x = s.input("x", TensorType((1, 2, 5, 5), F))
     (y,) = s.add("conv2d", [x, s.weight(np.ones((2, 2, 3, 3), np.float32))], padding=(1, 1, 1, 1))
-    assert len(r.matches(TensorGraph(s, [y]))) == 1
+    assert len(find_matches(r, TensorGraph(s, [y]))) == 1
     r2 = _rule("""
     - name: axis
       source:
@@ -191,7 +191,7 @@ def test_attribute_constants_match_canonical_forms():
     a = s.input("a", TensorType((2, 3), F))
     b = s.input("b", TensorType((2, 4), F))
     (c,) = s.add("concat", [s.add("relu", [a])[0], s.add("relu", [b])[0]], axis=1)  # axis=1 is axis=-1 here
-    assert len(r2.matches(TensorGraph(s, [c]))) == 1
+    assert len(find_matches(r2, TensorGraph(s, [c]))) == 1
 
 
 def test_ruleset_matches_share_one_index(library):
@@ -206,7 +206,7 @@ def test_ruleset_matches_share_one_index(library):
     assert {"merge_convs_enlarge", "concat_relu", "enlarge_conv_kernel"} <= names
     feeds = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
     for r, m in library.matches(g):
-        g2 = r.apply(g, m)
+        g2 = apply_match(r, g, m)
         assert g2 is not None, r.name
         _check_equal(g, g2, feeds)
 
@@ -234,14 +234,14 @@ def bert2():
 
 def test_squeezenet_every_fire_module_merges(library, squeezenet):
     g = squeezenet
-    ms = library["merge_convs_enlarge_bias"].matches(g)
+    ms = find_matches(library["merge_convs_enlarge_bias"], g)
     assert len(ms) == 8  # SqueezeNet 1.1 has 8 fire modules
     for m in ms:
         w1, w2 = g.type(m.tensors["w1"]), g.type(m.tensors["w2"])
         assert w1.shape[2:] == (1, 1) and w2.shape[2:] == (3, 3)  # expand1x1 and expand3x3
         assert m.tensors["x"] == g.node(m.nodes[0]).inputs[0]
         assert r_ok(library["merge_convs_enlarge_bias"], g, m)
-    assert len(library["concat_relu"].matches(g)) == 8
+    assert len(find_matches(library["concat_relu"], g)) == 8
 
 
 def test_squeezenet_fire_modules_become_one_conv(library, squeezenet):
@@ -251,10 +251,10 @@ def test_squeezenet_fire_modules_become_one_conv(library, squeezenet):
     ref = g.evaluate(feeds)[0]
     for name in ("merge_convs_enlarge_bias", "concat_relu", "concat_split_cancel"):
         for _ in range(20):
-            ms = library[name].matches(g)
+            ms = find_matches(library[name], g)
             if not ms:
                 break
-            g = library[name].apply(g, ms[0])
+            g = apply_match(library[name], g, ms[0])
             assert g is not None
     runtime = [n for n in g.ops() if not all(g.is_weight_only(i) for i in n.inputs)]
     assert sum(n.op == "conv2d" for n in runtime) == 26 - 8
@@ -263,19 +263,19 @@ def test_squeezenet_fire_modules_become_one_conv(library, squeezenet):
 
 
 def r_ok(rule, g, m) -> bool:
-    g2 = rule.apply(g, m)
+    g2 = apply_match(rule, g, m)
     return g2 is not None and g2.num_ops == g.num_ops - 4 + 6  # 2 conv + 2 add -> enlarge, concat x2, conv, add, split
 
 
 def test_bert_every_layer_qkv_merges(library, bert2):
     g = bert2
-    ms = library["merge_qkv_projections"].matches(g)
+    ms = find_matches(library["merge_qkv_projections"], g)
     assert len(ms) == 2  # one per layer, reported once despite the 3! orders
     feeds = {"input": np.random.default_rng(0).standard_normal((1, 16, 64)).astype(np.float32)}
     ref = g.evaluate(feeds)
     for m in ms:
         xs = {m.tensors[k] for k in ("x",)}
         assert len(xs) == 1
-        g2 = library["merge_qkv_projections"].apply(g, m)
+        g2 = apply_match(library["merge_qkv_projections"], g, m)
         assert g2 is not None
         np.testing.assert_allclose(g2.evaluate(feeds)[0], ref[0], rtol=1e-3, atol=1e-3)

@@ -13,9 +13,9 @@ import pytest
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 from taso_tvm.graph.ops import OPS
 from taso_tvm.rules import load_rules, parse_rules
-from taso_tvm.rules.cli import main as rules_cli
+from taso_tvm.cli_rules import main as rules_cli
 from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_rule,
-                                   verify_rules, z3_evaluate)
+                                   tally, verify_rules, z3_evaluate)
 
 from verified_axioms import seed_cache, verified_axioms  # noqa: E402
 
@@ -283,6 +283,9 @@ def test_cache_makes_the_second_verification_instant(tmp_path, axioms):
     assert changed.digest != r.digest
     (res,) = verify_rules([changed], jobs=1, axioms=axioms, cache=cache)
     assert res.status == "refuted" and not res.cached
+    # why it is not verified, and the tallies, are written once (the CLI, load_rules and config rule files use them)
+    assert res.reason().startswith(res.counterexample["instance"]) and "inputs {" in res.reason()
+    assert tally([first, again, res]) == {"verified": 2, "refuted": 1, "unproven": 0}
 
 
 def test_cache_dir_from_environment(tmp_path, monkeypatch):

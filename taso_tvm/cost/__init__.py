@@ -5,6 +5,7 @@ on the target (TVM or ONNX Runtime) or estimate it (roofline), cache every measu
 >>> with CostModel(load_cost_config("configs/cpu.yaml")) as cm:
 ...     ms = cm.graph_cost(graph)
 """
+from . import op_facets  # noqa: F401  (declares and registers the cost facets)
 from .backends import Backend, Measurement, RpcError, make_backend
 from .cache import CostCache
 from .config import CostConfig, CostConfigError, load_cost_config, parse_target

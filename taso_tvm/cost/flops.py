@@ -5,19 +5,16 @@ import math
 
 import numpy as np
 
+from ..graph.ops import facet
 from .kernel import KernelSig, rebuild
 
-# FLOPs per output element of element-wise functions (transcendentals cost a polynomial evaluation).
-_PER_ELEMENT = {"add": 1, "sub": 1, "mul": 1, "div": 1, "relu": 1, "neg": 1, "sqrt": 4, "exp": 8, "erf": 10,
-                "sigmoid": 10, "tanh": 10, "gelu": 14, "batchnorm": 2, "softmax": 12, "layernorm": 8}
-_ACT_FLOPS = {"none": 0, "relu": 1, "sigmoid": 10, "tanh": 10}
 
-
-def _prod(shape) -> int:
+def prod(shape) -> int:
+    """Number of elements of a static shape."""
     return int(math.prod(int(d) for d in shape))
 
 
-def nbytes_of(shape, dtype: str) -> int:
+def nbytes_of(shape: tuple, dtype: str) -> int:
     """Bytes of a tensor; 0 for symbolic shapes and non-tensor values."""
     try:
         size = np.dtype(dtype).itemsize
@@ -25,27 +22,12 @@ def nbytes_of(shape, dtype: str) -> int:
         return 0
     if not all(isinstance(d, int) for d in shape):
         return 0
-    return _prod(shape) * size
+    return prod(shape) * size
 
 
 def node_flops(op: str, attrs: dict, in_shapes: list[tuple], out_shapes: list[tuple]) -> float:
-    """Floating-point operations of one operator (multiply-add = 2)."""
-    out = _prod(out_shapes[0]) if out_shapes else 0
-    if op == "conv2d":
-        _, cg, kh, kw = in_shapes[1]
-        return 2.0 * out * cg * kh * kw + out * _ACT_FLOPS.get(attrs.get("activation", "none"), 1)
-    if op == "matmul":
-        x = in_shapes[0]
-        k = x[-1]
-        return 2.0 * out * k + out * _ACT_FLOPS.get(attrs.get("activation", "none"), 1)
-    if op in ("maxpool2d", "avgpool2d"):
-        kh, kw = attrs["kernel"]
-        return float(out * kh * kw)
-    if op == "mean":
-        return float(_prod(in_shapes[0]))
-    if op in _PER_ELEMENT:
-        return float(out * _PER_ELEMENT[op])
-    return 0.0  # data movement
+    """Floating-point operations of one operator (its `cost.flops` facet; multiply-add = 2)."""
+    return facet(op, "cost.flops")(attrs, in_shapes, out_shapes)
 
 
 def kernel_flops_bytes(sig: KernelSig) -> tuple[float, float]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Optional
 
+from ..graph.ops import facet
 from ..graph.tensor_graph import NodeStore
 from ..graph.types import TensorType
 
@@ -70,8 +71,9 @@ class KernelSig:
 
     @property
     def is_view_only(self) -> bool:
-        """A lone reshape: TVM turns it into a view (RewriteDataflowReshape), no kernel launch."""
-        return all(n[0] == "reshape" for n in self.nodes)
+        """A lone reshape (operators whose `cost.view` facet is set): TVM turns it into a view
+        (RewriteDataflowReshape), no kernel launch."""
+        return all(facet(n[0], "cost.view") for n in self.nodes)
 
     def label(self) -> str:
         """Short human-readable name: operators, data inputs and output shape, e.g.

@@ -261,11 +261,19 @@ class TensorGraph:
         Consumers downstream of a replaced tensor are re-created (re-interned); untouched nodes are shared.
         Raises CycleError if a replacement depends on the tensor it replaces.
         """
-        store = self.store
-        nodes = store.nodes
-        new_id: dict[int, int] = {}
-        state: dict[int, int] = {}  # 1 = in progress, 2 = done
-        # only nodes downstream of a replaced tensor (and the new nodes) need visiting; the rest is shared
+        ids = self.node_ids
+        affected = self._downstream_of(mapping)
+        outs, added = _rebuild(self.store, mapping, self.outputs, lambda nid: nid in ids and nid not in affected)
+        result = TensorGraph(self.store, outs)
+        result._ids = self._derived_ids(affected, added, outs, {ref[0] for ref in mapping if ref[0] in ids})
+        if self._weight_only is not None:
+            result._weight_only = self._derived_weight_only(result._ids, added)
+        return result
+
+    def _downstream_of(self, mapping: Mapping[TensorRef, TensorRef]) -> set[int]:
+        """Ids of this graph's nodes that read a replaced tensor, directly or through other nodes: the only ones a
+        rewrite re-creates (the rest is shared)."""
+        nodes = self.store.nodes
         ids = self.node_ids
         cons = self.consumers()
         affected: set[int] = set()
@@ -275,63 +283,20 @@ class TensorGraph:
                 if c >= 0 and c not in affected:
                     affected.add(c)
                     stack.extend(nodes[c].outputs)
+        return affected
 
-        def target(ref):
-            seen = 0
-            while ref in mapping:
-                ref = mapping[ref]
-                seen += 1
-                if seen > len(mapping):
-                    raise CycleError("replacement mapping loops")
-            return ref
-
-        def build(root: int) -> None:
-            stack = [root]
-            while stack:
-                nid = stack[-1]
-                if state.get(nid) == 2:
-                    stack.pop()
-                    continue
-                if nid in ids and nid not in affected:
-                    new_id[nid] = nid
-                    state[nid] = 2
-                    stack.pop()
-                    continue
-                node = nodes[nid]
-                refs = [target(r) for r in node.inputs]
-                pending = [r[0] for r in refs if state.get(r[0]) != 2]
-                if pending:
-                    if state.get(nid) == 1:
-                        raise CycleError(f"rewrite creates a cycle through {node.op} %{nid}")
-                    state[nid] = 1
-                    for p in pending:
-                        if state.get(p) == 1:
-                            raise CycleError(f"rewrite creates a cycle through {nodes[p].op} %{p}")
-                        stack.append(p)
-                    continue
-                new_inputs = tuple((new_id[i], j) for i, j in refs)
-                new_id[nid] = nid if new_inputs == node.inputs else store.remake(node, new_inputs).id
-                state[nid] = 2
-                stack.pop()
-
-        outs = []
-        for ref in self.outputs:
-            ref = target(ref)
-            build(ref[0])
-            outs.append((new_id[ref[0]], ref[1]))
-        result = TensorGraph(store, outs)
-        added = {new_id[v] for v in state if not (v in ids and v not in affected)}
-        result._ids = self._derived_ids(affected, added, outs, {ref[0] for ref in mapping if ref[0] in ids})
-        if self._weight_only is not None:  # kept nodes keep their inputs, so their flags hold
-            wo = set(self._weight_only.intersection(result._ids))
-            for a in sorted(added):
-                n = nodes[a]
-                if n.op != "weight" and from_weights(n, lambda i: i in wo or nodes[i].op == "weight"):
-                    wo.add(a)
-                else:
-                    wo.discard(a)
-            result._weight_only = frozenset(wo)
-        return result
+    def _derived_weight_only(self, result_ids: frozenset, added: set) -> frozenset:
+        """The weight-only ids of a rewrite of this graph: kept nodes keep their inputs, so their flags hold; the
+        `added` nodes are judged afresh, producers first (ids increase along the edges)."""
+        nodes = self.store.nodes
+        wo = set(self._weight_only.intersection(result_ids))
+        for a in sorted(added):
+            n = nodes[a]
+            if n.op != "weight" and from_weights(n, lambda i: i in wo or nodes[i].op == "weight"):
+                wo.add(a)
+            else:
+                wo.discard(a)
+        return frozenset(wo)
 
     def _derived_ids(self, removed: set, added: set, outs: list, replaced: set) -> frozenset:
         """The node set of a rewrite of this graph, from the change alone: drop `removed` (the re-created
@@ -390,6 +355,63 @@ class TensorGraph:
                 args = [values[i][j] for i, j in node.inputs]
                 values[node.id] = list(node.opdef.numpy(args, node.attrs))
         return [values[i][j] for i, j in (self.outputs if refs is None else refs)]
+
+
+def _follow(mapping: Mapping[TensorRef, TensorRef], ref: TensorRef) -> TensorRef:
+    """The tensor that `ref` reads after the replacements (chains followed); CycleError if they loop."""
+    seen = 0
+    while ref in mapping:
+        ref = mapping[ref]
+        seen += 1
+        if seen > len(mapping):
+            raise CycleError("replacement mapping loops")
+    return ref
+
+
+def _rebuild(store: NodeStore, mapping: Mapping[TensorRef, TensorRef], outputs: Sequence[TensorRef],
+             kept: Callable[[int], bool]) -> tuple[list[TensorRef], set[int]]:
+    """Re-intern what the (replaced) outputs reach with every input read through `mapping`, producers first;
+    a node for which `kept` holds is shared as is. Returns the new outputs and the ids of the nodes built or
+    reached that were not kept. Raises CycleError if a node comes to depend on itself."""
+    nodes = store.nodes
+    new_id: dict[int, int] = {}
+    state: dict[int, int] = {}  # 1 = in progress, 2 = done
+
+    def build(root: int) -> None:
+        stack = [root]
+        while stack:
+            nid = stack[-1]
+            if state.get(nid) == 2:
+                stack.pop()
+                continue
+            if kept(nid):
+                new_id[nid] = nid
+                state[nid] = 2
+                stack.pop()
+                continue
+            node = nodes[nid]
+            refs = [_follow(mapping, r) for r in node.inputs]
+            pending = [r[0] for r in refs if state.get(r[0]) != 2]
+            if pending:
+                if state.get(nid) == 1:
+                    raise CycleError(f"rewrite creates a cycle through {node.op} %{nid}")
+                state[nid] = 1
+                for p in pending:
+                    if state.get(p) == 1:
+                        raise CycleError(f"rewrite creates a cycle through {nodes[p].op} %{p}")
+                    stack.append(p)
+                continue
+            new_inputs = tuple((new_id[i], j) for i, j in refs)
+            new_id[nid] = nid if new_inputs == node.inputs else store.remake(node, new_inputs).id
+            state[nid] = 2
+            stack.pop()
+
+    outs = []
+    for ref in outputs:
+        ref = _follow(mapping, ref)
+        build(ref[0])
+        outs.append((new_id[ref[0]], ref[1]))
+    return outs, {new_id[v] for v in state if not kept(v)}
 
 
 def from_weights(node: Node, is_weight_only: Callable[[int], bool]) -> bool:

@@ -42,8 +42,7 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf raises DecodeError and others
-        raise ModelLoadError(f"{label} is not an ONNX model: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                             ) from None
+        raise ModelLoadError(f"{label} is not an ONNX model: {_errors.one_line(e)}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
     from .sanity import model_problem

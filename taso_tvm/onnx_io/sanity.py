@@ -7,6 +7,8 @@ from typing import Iterator
 import onnx
 from onnx import numpy_helper
 
+from ..errors import one_line
+
 
 def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield g
@@ -56,6 +58,6 @@ def model_problem(proto: onnx.ModelProto) -> str:
             try:
                 numpy_helper.to_array(t)
             except Exception as e:  # noqa: BLE001  (ValueError, TypeError, KeyError for an unknown dtype)
-                text = str(e).splitlines()[0] if str(e) else type(e).__name__
-                return f"initializer '{t.name}' does not hold its declared shape {list(t.dims)} and type ({text})"
+                return (f"initializer '{t.name}' does not hold its declared shape {list(t.dims)} and type "
+                        f"({one_line(e)})")
     return ""

@@ -1,5 +1,8 @@
 """The Relax side: lift dataflow blocks into TensorGraphs, lower them back, and the TasoOptimize pass.
 
+Everything here works on Relax IR (Relay is gone from TVM); the package keeps the name `relay_pass` that users
+import.
+
 Importing this package registers the `"taso"` Relax pipeline: `tvm.compile(mod, target, relax_pipeline="taso")`.
 """
 from .lift import LiftedBlock, lift_block, lift_function

@@ -54,31 +54,12 @@ def lower_graph(graph: TensorGraph, bb: relax.BlockBuilder, inputs: Mapping[str,
     `emit_output` (a block output). Weight-only subgraphs are evaluated with NumPy and emitted as constants when
     `fold_weights` is set. Returns one Relax var (or expression) per graph output.
     """
-    outputs_as = list(outputs_as) if outputs_as is not None else [False] * len(graph.outputs)
-    out_positions: dict[tuple, list[int]] = {}
-    for i, ref in enumerate(graph.outputs):
-        out_positions.setdefault(ref, []).append(i)
+    out = _Outputs(graph, bb, outputs_as)
     values: dict[int, list] = {}
     arrays: dict[int, list] = {}  # folded weight values
     weight_only: dict[int, bool] = {}
-    result: list[Any] = [None] * len(graph.outputs)
     opaque_vars = opaque_vars or {}
-
-    def emit(ref: tuple, expr: Any) -> Any:
-        pos = out_positions.get(ref)
-        if pos and any(outputs_as[p] for p in pos) and result[pos[0]] is None:
-            var = bb.emit_output(expr)
-        elif isinstance(expr, (relax.Var, GenericConst)):
-            var = expr
-        else:
-            var = bb.emit(expr)
-        for p in pos or []:
-            if result[p] is None:
-                result[p] = var
-        return var
-
     for node in graph.topo_order():
-        refs = node.outputs
         if node.op == "input":
             values[node.id] = [inputs[node.attrs["name"]]]
             weight_only[node.id] = False
@@ -86,39 +67,86 @@ def lower_graph(graph: TensorGraph, bb: relax.BlockBuilder, inputs: Mapping[str,
             values[node.id] = [_const(node)]
             weight_only[node.id] = True
         elif node.op == "opaque":
-            vmap = {var: values[node.inputs[pos][0]][node.inputs[pos][1]]
-                    for pos, var in opaque_vars.get(node.attrs["key"], {}).items()}
-            if isinstance(node.value, relax.MatchCast):
-                mc = node.value
-                values[node.id] = [bb.match_cast(substitute(mc.value, vmap), mc.ty)]
-            else:
-                values[node.id] = [emit(refs[0], substitute(node.value, vmap))]
+            values[node.id] = [_lower_opaque(node, bb, values, opaque_vars.get(node.attrs["key"], {}), out)]
             weight_only[node.id] = False
             continue
         else:
             wo = fold_weights and all(weight_only[i] for i, _ in node.inputs)
             weight_only[node.id] = wo
-            if wo:
-                args = [arrays[i][j] if i in arrays else weight_array(graph.node(i)) for i, j in node.inputs]
-                outs = node.opdef.numpy(args, node.attrs)
-                arrays[node.id] = [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
-                values[node.id] = [relax.const(a, str(a.dtype)) for a in arrays[node.id]]
-            else:
-                args = [values[i][j] for i, j in node.inputs]
-                in_types = [graph.type(r) for r in node.inputs]
-                out = node.opdef.lower(bb, args, node.attrs, in_types)
-                vals = list(out) if isinstance(out, (list, tuple)) else [out]
-                values[node.id] = [emit(ref, v) for ref, v in zip(refs, vals)]
+            if not wo:
+                values[node.id] = _lower_op(graph, node, bb, values, out)
                 continue
-        for ref in refs:  # sources and folded constants: bound only where they are block outputs
-            if ref in out_positions:
-                emit(ref, values[node.id][ref[1]])
-    for i, ref in enumerate(graph.outputs):
-        if result[i] is None:
-            result[i] = values[ref[0]][ref[1]]
-        if outputs_as[i] and not _is_block_output(result[i]):
-            result[i] = bb.emit_output(result[i])
-    return result
+            arrays[node.id] = _fold(graph, node, arrays)
+            values[node.id] = [relax.const(a, str(a.dtype)) for a in arrays[node.id]]
+        for ref in node.outputs:  # sources and folded constants: bound only where they are block outputs
+            if ref in out.positions:
+                out.emit(ref, values[node.id][ref[1]])
+    return out.finish(values)
+
+
+class _Outputs:
+    """Binds lowered values in the block builder and collects the graph's outputs: the first binding of a graph
+    output asked for as a block output is emitted with `emit_output`."""
+
+    def __init__(self, graph: TensorGraph, bb: relax.BlockBuilder, outputs_as: Optional[Sequence[bool]]) -> None:
+        self.graph = graph
+        self.bb = bb
+        self.outputs_as = list(outputs_as) if outputs_as is not None else [False] * len(graph.outputs)
+        self.positions: dict[tuple, list[int]] = {}
+        for i, ref in enumerate(graph.outputs):
+            self.positions.setdefault(ref, []).append(i)
+        self.result: list[Any] = [None] * len(graph.outputs)
+
+    def emit(self, ref: tuple, expr: Any) -> Any:
+        """Bind `expr` (the value of tensor `ref`) unless it is a var or constant already; returns the binding."""
+        pos = self.positions.get(ref)
+        if pos and any(self.outputs_as[p] for p in pos) and self.result[pos[0]] is None:
+            var = self.bb.emit_output(expr)
+        elif isinstance(expr, (relax.Var, GenericConst)):
+            var = expr
+        else:
+            var = self.bb.emit(expr)
+        for p in pos or []:
+            if self.result[p] is None:
+                self.result[p] = var
+        return var
+
+    def finish(self, values: Mapping[int, list]) -> list[Any]:
+        """One Relax value per graph output; those asked for as block outputs are made block outputs."""
+        result = self.result
+        for i, ref in enumerate(self.graph.outputs):
+            if result[i] is None:
+                result[i] = values[ref[0]][ref[1]]
+            if self.outputs_as[i] and not _is_block_output(result[i]):
+                result[i] = self.bb.emit_output(result[i])
+        return result
+
+
+def _lower_opaque(node, bb: relax.BlockBuilder, values: Mapping[int, list], vars_by_pos: Mapping[int, Any],
+                  out: _Outputs) -> Any:
+    """Re-emit an opaque binding with its free vars (`vars_by_pos`: input position -> var) read from the lowered
+    inputs."""
+    vmap = {var: values[node.inputs[pos][0]][node.inputs[pos][1]] for pos, var in vars_by_pos.items()}
+    if isinstance(node.value, relax.MatchCast):
+        mc = node.value
+        return bb.match_cast(substitute(mc.value, vmap), mc.ty)
+    return out.emit(node.outputs[0], substitute(node.value, vmap))
+
+
+def _lower_op(graph: TensorGraph, node, bb: relax.BlockBuilder, values: Mapping[int, list], out: _Outputs) -> list:
+    """Emit an operator node with its definition's Relax lowering; returns one binding per output."""
+    args = [values[i][j] for i, j in node.inputs]
+    in_types = [graph.type(r) for r in node.inputs]
+    res = node.opdef.lower(bb, args, node.attrs, in_types)
+    vals = list(res) if isinstance(res, (list, tuple)) else [res]
+    return [out.emit(ref, v) for ref, v in zip(node.outputs, vals)]
+
+
+def _fold(graph: TensorGraph, node, arrays: Mapping[int, list]) -> list[np.ndarray]:
+    """The outputs of a weight-only node, computed with NumPy from its (folded or weight) inputs."""
+    args = [arrays[i][j] if i in arrays else weight_array(graph.node(i)) for i, j in node.inputs]
+    outs = node.opdef.numpy(args, node.attrs)
+    return [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
 
 
 def _is_block_output(v: Any) -> bool:

@@ -8,16 +8,16 @@ configured.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Optional
 
 import yaml
 
 from .. import errors as _errors
+from ..search.config import SearchConfig, check_setting
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
-SEARCH_DEFAULTS = {"alpha": 1.05, "budget": 10, "time_limit": None, "region_size": 32}
+SEARCH_DEFAULTS = SearchConfig.defaults()  # the settings users set, and their defaults
 
 
 class SettingsError(_errors.SettingsError, ValueError):
@@ -56,7 +56,7 @@ def read_settings(path: str) -> dict:
     for k, v in search.items():
         if k not in SEARCH_DEFAULTS:
             raise SettingsError(_errors.unknown_key("search setting", k, SEARCH_DEFAULTS, f" in config '{path}'"))
-        why = check_search_setting(k, v)
+        why = check_setting(k, v)
         if why:
             raise SettingsError(f"config '{path}': search setting '{k}' {why}")
     has_cost = any(k not in ("search", "rules") for k in data)
@@ -76,20 +76,6 @@ def read_settings(path: str) -> dict:
         base = os.path.dirname(os.path.abspath(path))
         rules = load_named_rules([r if os.path.isabs(r) else os.path.join(base, r) for r in rules])
     return {"search": dict(search), "cost": path if has_cost else None, "rules": rules}
-
-
-def check_search_setting(name: str, v: Any) -> str:
-    """Why `v` is not a valid value of search setting `name` ('must be ...'), or ''."""
-    num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if name == "alpha" and not (num and 1.0 <= v <= 3.0):
-        return f"must be a number in [1, 3], got {v!r}"
-    if name == "budget" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        return f"must be an integer >= 0, got {v!r}"
-    if name == "time_limit" and not (v is None or (num and v > 0)):
-        return f"must be a positive number of seconds, got {v!r}"
-    if name == "region_size" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 4):
-        return f"must be an integer >= 4, got {v!r}"
-    return ""
 
 
 def load_named_rules(paths: list) -> Any:
@@ -113,14 +99,8 @@ def load_named_rules(paths: list) -> Any:
     results = verify_rules(rules)
     for r, v in zip(rules, results):
         if not v.ok:
-            ce = v.counterexample or {}
-            detail = "; ".join(str(x) for x in (ce.get("instance"), ce.get("detail")) if x)
-            if ce.get("inputs"):
-                detail += f"; inputs {ce['inputs']}"
-            if not detail:
-                detail = "; ".join(f"{m.method}: {m.status} {m.detail}".strip() for m in v.methods)
             word = "refuted" if v.status == "refuted" else f"{v.status} (not verified)"
-            raise _errors.RuleFileError(f"rule {r.name} ({r.file}:{r.line}) is {word}: {detail}")
+            raise _errors.RuleFileError(f"rule {r.name} ({r.file}:{r.line}) is {word}: {v.reason()}")
     return RuleSet(rules, {r.name: v for r, v in zip(rules, results)})
 
 

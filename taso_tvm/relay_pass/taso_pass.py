@@ -1,6 +1,7 @@
-"""`TasoOptimize`: the TASO search as a TVM module pass, and the `"taso"` Relax pipeline.
+"""`TasoOptimize`: the TASO search as a TVM module pass over Relax IR, and the `"taso"` Relax pipeline.
 
-    mod = TasoOptimize(budget=100)(mod)
+    mod = TasoOptimize()(mod)                              # the default search settings (relay_pass.settings)
+    mod = TasoOptimize(budget=50, time_limit=30.0)(mod)    # or settings of one's own
     ex = tvm.compile(mod, target, relax_pipeline="taso")   # TasoOptimize, then the target's default pipeline
 """
 from __future__ import annotations

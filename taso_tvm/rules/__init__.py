@@ -3,8 +3,9 @@
 >>> from taso_tvm.rules import load_rules
 >>> rules = load_rules()                      # the shipped library, verified (cached)
 >>> for rule, match in rules.matches(graph):
-...     new_graph = rule.apply(graph, match)  # None when not applicable
+...     new_graph = rules.apply(graph, rule, match)  # None when not applicable
 """
+from . import op_facets  # noqa: F401  (declares and registers the rules.* operator facets)
 from .language import Rule, RuleError, compile_rule, parse_rules, read_rule_files
 from .matcher import GraphIndex, Match, apply_match, find_matches, graph_index
 from .ruleset import RuleSet, library_files, load_rules

@@ -72,6 +72,7 @@ class Encoder:
 
     # ------------------------------------------------------------ expressions
     def expr(self, e: Any, scope: "Scope") -> z3.ExprRef:
+        """The Z3 term of a rule expression, its names bound in `scope`."""
         if isinstance(e, E.Const):
             return self.value(e.value)
         if isinstance(e, E.ListExpr):
@@ -86,26 +87,7 @@ class Encoder:
                 raise EncodeError("attribute access on an expression")
             return scope.group(e.obj.id, e.name)
         if isinstance(e, E.Call):
-            if e.func in self.tfn:
-                args = e.args
-                t = scope.tensor(args[0].id) if args and isinstance(args[0], E.Name) else None
-                if t is None:
-                    raise EncodeError(f"{e.func}() of a non-tensor")
-                if e.func == "dim":
-                    return self.tfn["dim"](t, self._int(self.expr(args[1], scope)))
-                return self.tfn[e.func](t)
-            if e.func in ("sum", "len", "min", "max") and len(e.args) == 1 and isinstance(e.args[0], E.ListExpr):
-                items = [self._int(self.expr(i, scope)) for i in e.args[0].items]
-                if e.func == "len":
-                    return z3.IntVal(len(items))
-                if e.func == "sum":
-                    return z3.Sum(items) if items else z3.IntVal(0)
-                acc = items[0]
-                for i in items[1:]:
-                    acc = z3.If(i < acc, i, acc) if e.func == "min" else z3.If(i > acc, i, acc)
-                return acc
-            args = [self._int(self.expr(a, scope)) for a in e.args]
-            return self.fn(e.func, len(args))(*args)
+            return self._call(e, scope)
         if isinstance(e, E.Index):
             if isinstance(e.obj, E.ListExpr) and isinstance(e.index, E.Const) and isinstance(e.index.value, int):
                 try:
@@ -117,33 +99,61 @@ class Encoder:
             v = self.expr(e.operand, scope)
             return z3.Not(self._bool(v)) if e.op == "not" else -self._int(v)
         if isinstance(e, E.Binary):
-            a, b = self.expr(e.left, scope), self.expr(e.right, scope)
-            if e.op == "and":
-                return z3.And(self._bool(a), self._bool(b))
-            if e.op == "or":
-                return z3.Or(self._bool(a), self._bool(b))
-            if e.op in ("==", "!="):
-                if a.sort() != b.sort():
-                    raise EncodeError("comparison of a boolean with a number")
-                return a == b if e.op == "==" else a != b
-            if e.op in ("in", "notin"):
-                if isinstance(e.right, E.ListExpr):
-                    r = z3.Or([a == self.expr(i, scope) for i in e.right.items]) if e.right.items else \
-                        z3.BoolVal(False)
-                else:
-                    r = self.fn("in", 2, z3.BoolSort())(self._int(a), self._int(b))
-                return r if e.op == "in" else z3.Not(r)
-            a, b = self._int(a), self._int(b)
-            if e.op in ("<", "<=", ">", ">="):
-                return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
-            if e.op == "+":
-                return a + b
-            if e.op == "-":
-                return a - b
-            if e.op == "*":
-                return a * b
-            return self.fn({"//": "floordiv", "%": "mod", "/": "truediv"}[e.op], 2)(a, b)
+            return self._binary(e, scope)
         raise EncodeError(f"cannot encode {e!r}")
+
+    def _call(self, e: Any, scope: "Scope") -> z3.ExprRef:
+        """A function of the expression language: on a tensor, over a list (exact), else uninterpreted."""
+        if e.func in self.tfn:
+            args = e.args
+            t = scope.tensor(args[0].id) if args and isinstance(args[0], E.Name) else None
+            if t is None:
+                raise EncodeError(f"{e.func}() of a non-tensor")
+            if e.func == "dim":
+                return self.tfn["dim"](t, self._int(self.expr(args[1], scope)))
+            return self.tfn[e.func](t)
+        if e.func in ("sum", "len", "min", "max") and len(e.args) == 1 and isinstance(e.args[0], E.ListExpr):
+            items = [self._int(self.expr(i, scope)) for i in e.args[0].items]
+            if e.func == "len":
+                return z3.IntVal(len(items))
+            if e.func == "sum":
+                return z3.Sum(items) if items else z3.IntVal(0)
+            acc = items[0]
+            for i in items[1:]:
+                acc = z3.If(i < acc, i, acc) if e.func == "min" else z3.If(i > acc, i, acc)
+            return acc
+        args = [self._int(self.expr(a, scope)) for a in e.args]
+        return self.fn(e.func, len(args))(*args)
+
+    def _binary(self, e: Any, scope: "Scope") -> z3.ExprRef:
+        """Connectives, comparisons and membership (exact on lists), integer arithmetic (`//`, `%`, `/`
+        uninterpreted)."""
+        a, b = self.expr(e.left, scope), self.expr(e.right, scope)
+        if e.op == "and":
+            return z3.And(self._bool(a), self._bool(b))
+        if e.op == "or":
+            return z3.Or(self._bool(a), self._bool(b))
+        if e.op in ("==", "!="):
+            if a.sort() != b.sort():
+                raise EncodeError("comparison of a boolean with a number")
+            return a == b if e.op == "==" else a != b
+        if e.op in ("in", "notin"):
+            if isinstance(e.right, E.ListExpr):
+                r = z3.Or([a == self.expr(i, scope) for i in e.right.items]) if e.right.items else \
+                    z3.BoolVal(False)
+            else:
+                r = self.fn("in", 2, z3.BoolSort())(self._int(a), self._int(b))
+            return r if e.op == "in" else z3.Not(r)
+        a, b = self._int(a), self._int(b)
+        if e.op in ("<", "<=", ">", ">="):
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[e.op]
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        return self.fn({"//": "floordiv", "%": "mod", "/": "truediv"}[e.op], 2)(a, b)
 
     @staticmethod
     def _int(v: z3.ExprRef) -> z3.ExprRef:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
@@ -488,21 +489,7 @@ def evaluate(e: Expr, env: Env) -> Any:
     if isinstance(e, ListExpr):
         return tuple(evaluate(i, env) for i in e.items)
     if isinstance(e, Call):
-        if e.kwargs or e.splats:
-            raise ExprError(f"{e.func}() takes no keyword arguments here")
-        if e.func in _TENSOR_FNS:
-            if len(e.args) != _TENSOR_ARITY[e.func]:
-                raise ExprError(f"{e.func}() takes {_TENSOR_ARITY[e.func]} argument(s)")
-            return _TENSOR_FNS[e.func](e.args, env)
-        if e.func in _VALUE_FNS:
-            arity, fn = _VALUE_FNS[e.func]
-            if arity >= 0 and len(e.args) != arity:
-                raise ExprError(f"{e.func}() takes {arity} argument(s)")
-            try:
-                return fn(*[evaluate(a, env) for a in e.args])
-            except (TypeError, ValueError, IndexError) as err:
-                raise ExprError(f"{e.func}(): {err}") from None
-        raise ExprError(f"unknown function '{e.func}'")
+        return _evaluate_call(e, env)
     if isinstance(e, Index):
         obj = evaluate(e.obj, env)
         idx = _int(evaluate(e.index, env), "index")
@@ -523,32 +510,46 @@ def evaluate(e: Expr, env: Env) -> Any:
             return not v
         return -v
     if isinstance(e, Binary):
-        if e.op == "and":
-            return bool(evaluate(e.left, env)) and bool(evaluate(e.right, env))
-        if e.op == "or":
-            return bool(evaluate(e.left, env)) or bool(evaluate(e.right, env))
-        a, b = evaluate(e.left, env), evaluate(e.right, env)
-        try:
-            if e.op == "==":
-                return a == b
-            if e.op == "!=":
-                return a != b
-            if e.op == "<":
-                return a < b
-            if e.op == "<=":
-                return a <= b
-            if e.op == ">":
-                return a > b
-            if e.op == ">=":
-                return a >= b
-            if e.op == "in":
-                return a in b
-            if e.op == "notin":
-                return a not in b
-            return _arith(e.op, a, b)
-        except (TypeError, ZeroDivisionError) as err:
-            raise ExprError(f"cannot compute {to_text(e)}: {err}") from None
+        return _evaluate_binary(e, env)
     raise ExprError(f"cannot evaluate {e!r}")
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "notin": lambda a, b: a not in b}
+
+
+def _evaluate_call(e: Call, env: Env) -> Any:
+    """A function of the expression language: on tensors (their shapes, whether a weight) or on values."""
+    if e.kwargs or e.splats:
+        raise ExprError(f"{e.func}() takes no keyword arguments here")
+    if e.func in _TENSOR_FNS:
+        if len(e.args) != _TENSOR_ARITY[e.func]:
+            raise ExprError(f"{e.func}() takes {_TENSOR_ARITY[e.func]} argument(s)")
+        return _TENSOR_FNS[e.func](e.args, env)
+    if e.func in _VALUE_FNS:
+        arity, fn = _VALUE_FNS[e.func]
+        if arity >= 0 and len(e.args) != arity:
+            raise ExprError(f"{e.func}() takes {arity} argument(s)")
+        try:
+            return fn(*[evaluate(a, env) for a in e.args])
+        except (TypeError, ValueError, IndexError) as err:
+            raise ExprError(f"{e.func}(): {err}") from None
+    raise ExprError(f"unknown function '{e.func}'")
+
+
+def _evaluate_binary(e: Binary, env: Env) -> Any:
+    """`and` / `or` (short-circuit), a comparison or membership, or arithmetic."""
+    if e.op == "and":
+        return bool(evaluate(e.left, env)) and bool(evaluate(e.right, env))
+    if e.op == "or":
+        return bool(evaluate(e.left, env)) or bool(evaluate(e.right, env))
+    a, b = evaluate(e.left, env), evaluate(e.right, env)
+    try:
+        compare = _COMPARISONS.get(e.op)
+        return compare(a, b) if compare is not None else _arith(e.op, a, b)
+    except (TypeError, ZeroDivisionError) as err:
+        raise ExprError(f"cannot compute {to_text(e)}: {err}") from None
 
 
 # ---------------------------------------------------------------- compilation to closures (the matcher's hot path)

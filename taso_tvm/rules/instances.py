@@ -5,8 +5,8 @@ that the rule requires to be weights are weight nodes), the match of the rule on
 evaluates both sides of the rule on instances symbolically (Z3); the tests evaluate them with NumPy.
 
 *Choices* are the shape alternative (`#shapes`), each dimension symbol (`verify.dims`, default 1, 2, 3) and each
-attribute variable or group member (`verify.attrs`, else the operator's `domains` table in `graph/ops`, else its
-default value). An instance is *admissible* when its source builds and the rule's constraints hold: the rule claims
+attribute variable or group member (`verify.attrs`, else the operator's `rules.domains` facet in `op_facets.py`, else
+its default value). An instance is *admissible* when its source builds and the rule's constraints hold: the rule claims
 to apply there. `plan_instances` covers the choices by combinations, not by values:
 
 * every combination, when there are at most `EXHAUSTIVE_LIMIT` of them;
@@ -31,8 +31,8 @@ import numpy as np
 from ..graph import GraphError, NodeStore, TensorGraph, TensorType
 from ..graph.ops import OPS
 from ..graph.types import freeze
-from . import expr as E
-from .language import Rule
+from . import expr as E, op_facets
+from .language import PNode, Rule
 from .matcher import Match, find_matches
 
 DEFAULT_DIMS = (1, 2, 3)
@@ -145,7 +145,7 @@ def _groups(in_types: list) -> list:
     return [c // cw] if c % cw == 0 and o % (c // cw) == 0 else []
 
 
-# domain words of OpDef.domains: values derived from the node's input types (and attributes chosen before)
+# domain words of the `rules.domains` facet: values derived from the node's input types (and attributes chosen before)
 DOMAIN_WORDS: dict[str, Callable[[list, dict, int], list]] = {
     "axis": lambda t, a, n: list(range(t[0].ndim)) if t else [],
     "perm": lambda t, a, n: [tuple(p) for p in itertools.permutations(range(t[0].ndim))],
@@ -160,8 +160,9 @@ DOMAIN_WORDS: dict[str, Callable[[list, dict, int], list]] = {
 
 
 def default_domain(op: str, key: str, in_types: list, n_outputs: int = 1, attrs: Optional[dict] = None) -> list:
-    """Values an attribute ranges over when a rule leaves it free: the operator's `domains` entry, else its default."""
-    spec = OPS[op].domains.get(key)
+    """Values an attribute ranges over when a rule leaves it free: the operator's `rules.domains` entry, else its
+    default."""
+    spec = op_facets.domains(op).get(key)
     if spec is None:
         d = OPS[op].attrs.get(key)
         return [] if d is None else [d]
@@ -206,96 +207,116 @@ def build_instance(rule: Rule, shapes: dict, choose: Callable[[str, list], Any],
 
     Raises NoInstance when the choices do not build or the rule's constraints reject them.
     """
-    wv = weight_vars(rule)
-    defs = defining_equations(rule)
-    store = NodeStore()
-    tensors: dict = {}
-    for v in rule.inputs:
-        ty = TensorType(tuple(shapes[v]), "float32")
-        if v in wv:
-            arr = values[v] if values is not None and v in values else np.zeros(ty.shape)
-            tensors[v] = store.weight(arr, ty, key=f"var:{v}")
-        else:
-            tensors[v] = store.input(v, ty)
-    choices: dict = {}
-    groups: dict = {}
-    built: dict = {}
-    env = _BuildEnv(store, tensors, choices, groups)
-    pending = list(rule.where)
+    b = _SourceBuilder(rule, shapes, choose, values)
+    b.check_early()
+    built = {p.index: b.build_node(p) for p in rule.source}
+    graph = TensorGraph(b.store, [b.tensors[o] for o in rule.outputs])
+    want = {p.index: built[p.index][0][0] for p in rule.source}
+    for m in find_matches(rule, graph, dedupe=False):
+        if m.nodes == want and all(m.tensors[v] == b.tensors[v] for v in rule.inputs):
+            return Instance(rule, {v: tuple(shapes[v]) for v in rule.inputs}, b.choices, graph, m, b.weight_vars)
+    raise NoInstance("the rule's constraints reject this instance")
 
-    def check_early() -> None:
+
+class _SourceBuilder:
+    """Builds a rule's source pattern node by node, choosing the attribute values the rule leaves free."""
+
+    def __init__(self, rule: Rule, shapes: dict, choose: Callable[[str, list], Any], values: Optional[dict]):
+        self.rule, self.choose = rule, choose
+        self.weight_vars = weight_vars(rule)
+        self.defs = defining_equations(rule)
+        self.store = NodeStore()
+        self.tensors: dict = {}  # input variables and named source tensors -> TensorRef
+        self.choices: dict = {}  # attribute variable / 'group.attr' -> value
+        self.groups: dict = {}  # attribute group -> {attribute: value}
+        self.env = _BuildEnv(self.store, self.tensors, self.choices, self.groups)
+        self.pending = list(rule.where)  # constraints not checked yet
+        self.built: dict = {}  # pattern node index -> its output refs
+        for v in rule.inputs:
+            ty = TensorType(tuple(shapes[v]), "float32")
+            if v in self.weight_vars:
+                arr = values[v] if values is not None and v in values else np.zeros(ty.shape)
+                self.tensors[v] = self.store.weight(arr, ty, key=f"var:{v}")
+            else:
+                self.tensors[v] = self.store.input(v, ty)
+
+    def check_early(self) -> None:
         """Constraints whose names are all bound hold (the matcher checks them all again): a violated one prunes
         the enumeration before later choices multiply it."""
-        bound = set(rule.inputs) | set(choices)
-        for c in list(pending):
+        bound = set(self.rule.inputs) | set(self.choices)
+        for c in list(self.pending):
             if E.names_in(c.expr) <= bound:
-                pending.remove(c)
+                self.pending.remove(c)
                 try:
-                    holds = bool(E.evaluate(c.expr, env))
+                    holds = bool(E.evaluate(c.expr, self.env))
                 except E.ExprError:
                     continue
                 if not holds:
                     raise NoInstance(f"constraint '{c.text}' is false")
 
-    check_early()
-    for p in rule.source:
-        refs = [tensors[a.name] if a.kind == "var" else built[a.node][a.out] for a in p.args]
-        in_types = [store.type(r) for r in refs]
-        attrs: dict = {}
+    def build_node(self, p: PNode) -> list:
+        """Add pattern node `p` to the store (its attributes chosen); returns its outputs."""
+        refs = [self.tensors[a.name] if a.kind == "var" else self.built[a.node][a.out] for a in p.args]
+        in_types = [self.store.type(r) for r in refs]
         try:
-            for k, spec in p.attrs.items():
-                if spec.kind == "const":
-                    attrs[k] = spec.value
-                elif spec.kind == "var":
-                    if spec.value not in choices and spec.value in defs:
-                        try:
-                            choices[spec.value] = freeze(E.evaluate(defs[spec.value], env))
-                        except E.ExprError:
-                            pass
-                    if spec.value not in choices:
-                        dom = rule.verify.attrs.get(spec.value) or \
-                            default_domain(p.op, k, in_types, p.n_outputs, attrs)
-                        if not dom:
-                            raise NoInstance(f"no domain for attribute variable '{spec.value}' ({p.op}.{k}); "
-                                             "give verify.attrs")
-                        choices[spec.value] = choose(spec.value, list(dom))
-                        check_early()
-                    attrs[k] = choices[spec.value]
-            for k, spec in p.attrs.items():  # expressions after the variables they may read
-                if spec.kind == "expr":
-                    attrs[k] = freeze(E.evaluate(spec.value, env))
-            if p.splat is not None:
-                if p.splat in groups:
-                    for k, v in groups[p.splat].items():
-                        attrs.setdefault(k, v)
-                else:
-                    g = {}
-                    for k in OPS[p.op].attrs:
-                        if k in p.attrs:
-                            continue
-                        name = f"{p.splat}.{k}"
-                        dom = rule.verify.attrs.get(name) or \
-                            default_domain(p.op, k, in_types, p.n_outputs, {**attrs, **g})
-                        if not dom:
-                            raise NoInstance(f"no domain for {name}; give verify.attrs")
-                        g[k] = choices[name] = choose(name, list(dom))
-                    groups[p.splat] = g
-                    attrs.update(g)
-            outs = store.add(p.op, refs, **attrs)
+            attrs = self.attrs_of(p, in_types)
+            outs = self.store.add(p.op, refs, **attrs)
         except (GraphError, E.ExprError) as err:
             raise NoInstance(str(err)) from None
         if len(outs) != p.n_outputs:
             raise NoInstance(f"{p.op} gave {len(outs)} outputs, the pattern names {p.n_outputs}")
-        built[p.index] = outs
+        self.built[p.index] = outs
         for k, n in enumerate(p.names):
             if n is not None:
-                tensors[n] = outs[k]
-    graph = TensorGraph(store, [tensors[o] for o in rule.outputs])
-    want = {p.index: built[p.index][0][0] for p in rule.source}
-    for m in find_matches(rule, graph, dedupe=False):
-        if m.nodes == want and all(m.tensors[v] == tensors[v] for v in rule.inputs):
-            return Instance(rule, {v: tuple(shapes[v]) for v in rule.inputs}, choices, graph, m, wv)
-    raise NoInstance("the rule's constraints reject this instance")
+                self.tensors[n] = outs[k]
+        return outs
+
+    def attrs_of(self, p: PNode, in_types: list) -> dict:
+        """Node `p`'s attributes: constants, variables (computed from a defining equation or chosen), then
+        expressions (which may read the variables), then its attribute group."""
+        attrs: dict = {}
+        for k, spec in p.attrs.items():
+            if spec.kind == "const":
+                attrs[k] = spec.value
+            elif spec.kind == "var":
+                attrs[k] = self.variable(spec.value, p, k, in_types, attrs)
+        for k, spec in p.attrs.items():
+            if spec.kind == "expr":
+                attrs[k] = freeze(E.evaluate(spec.value, self.env))
+        if p.splat is not None:
+            if p.splat not in self.groups:
+                self.groups[p.splat] = self.group(p, in_types, attrs)
+            for k, v in self.groups[p.splat].items():
+                attrs.setdefault(k, v)
+        return attrs
+
+    def variable(self, name: str, p: PNode, key: str, in_types: list, attrs: dict) -> Any:
+        """The value of attribute variable `name` (first bound at `p.key`)."""
+        if name not in self.choices and name in self.defs:
+            try:
+                self.choices[name] = freeze(E.evaluate(self.defs[name], self.env))
+            except E.ExprError:
+                pass
+        if name not in self.choices:
+            dom = self.rule.verify.attrs.get(name) or default_domain(p.op, key, in_types, p.n_outputs, attrs)
+            if not dom:
+                raise NoInstance(f"no domain for attribute variable '{name}' ({p.op}.{key}); give verify.attrs")
+            self.choices[name] = self.choose(name, list(dom))
+            self.check_early()
+        return self.choices[name]
+
+    def group(self, p: PNode, in_types: list, attrs: dict) -> dict:
+        """Choose the members of `p`'s attribute group: the operator's attributes the pattern does not name."""
+        g: dict = {}
+        for k in OPS[p.op].attrs:
+            if k in p.attrs:
+                continue
+            name = f"{p.splat}.{k}"
+            dom = self.rule.verify.attrs.get(name) or default_domain(p.op, k, in_types, p.n_outputs, {**attrs, **g})
+            if not dom:
+                raise NoInstance(f"no domain for {name}; give verify.attrs")
+            g[k] = self.choices[name] = self.choose(name, list(dom))
+        return g
 
 
 # ---------------------------------------------------------------- plans: which instances cover the rule
@@ -636,10 +657,9 @@ def iter_instances(rule: Rule, max_instances: Optional[int] = None, seed: int = 
 
 
 def positive_vars(rule: Rule) -> set:
-    """Input variables read as a variance (batch norm) or under sqrt: they get positive values in NumPy checks."""
-    out = {p.args[4].name for p in rule.source if p.op == "batchnorm" and p.args[4].kind == "var"}
-    out |= {a.name for p in rule.source if p.op == "sqrt" for a in p.args if a.kind == "var"}
-    return out
+    """Input variables read where an operator wants positive values (`rules.positive_inputs`: a variance, a sqrt):
+    they get positive values in NumPy checks."""
+    return {p.args[i].name for p in rule.source for i in op_facets.positive_inputs(p.op) if p.args[i].kind == "var"}
 
 
 def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol: float = 1e-6,

@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..graph.ops import OPS
-from . import expr as E
+from ..graph.types import freeze
+from . import expr as E, op_facets
 from .yaml_lines import LList, LMap, YamlError, load_yaml
 from .. import errors as _errors
 
 ENTRY_KEYS = {"name", "family", "doc", "source", "target", "outputs", "where", "verify", "facts", "expect"}
 VERIFY_KEYS = {"shapes", "dims", "attrs", "instances", "axiomatic", "bounded_only", "timeout", "elements"}
-NO_PATTERN_OPS = {"input", "weight", "opaque"}
-MULTI_OUTPUT_OPS = {"split"}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 
 
@@ -104,7 +103,9 @@ class VerifySpec:
 
 @dataclass
 class Rule:
-    """A compiled substitution: source pattern, target pattern, outputs, constraints, verification settings."""
+    """A compiled substitution: source pattern, target pattern, outputs, constraints, verification settings.
+
+    A rule is data: `matcher.find_matches(rule, graph)` finds it in a graph, `matcher.apply_match` rewrites a match."""
 
     name: str
     file: Optional[str]
@@ -138,15 +139,6 @@ class Rule:
     @property
     def ops(self) -> set:
         return {n.op for n in self.source} | {n.op for n in self.target if n.op != "const"}
-
-    # matcher API (implemented in matcher.py, attached here for convenience)
-    def matches(self, graph, index=None, dedupe: bool = True, limit: Optional[int] = None) -> list:
-        from .matcher import find_matches
-        return find_matches(self, graph, index=index, dedupe=dedupe, limit=limit)
-
-    def apply(self, graph, match):
-        from .matcher import apply_match
-        return apply_match(self, graph, match)
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r}, {len(self.source)} -> {len(self.target)} ops)"
@@ -261,12 +253,12 @@ class _Side:
     def call(self, c: Any, line: int, names: list) -> PNode:
         if c.func == "const":
             return self.const_node(c, line, names)
-        if c.func not in OPS or c.func in NO_PATTERN_OPS:
+        if c.func not in OPS or not op_facets.in_patterns(c.func):
             hint = " (a function of the expression language, not an operator)" if c.func in E.FUNCTIONS else ""
             raise self.ctx.err(f"unknown operator '{c.func}'{hint}", line)
         opdef = OPS[c.func]
         n_out = len(names)
-        if n_out != 1 and c.func not in MULTI_OUTPUT_OPS:
+        if n_out != 1 and not op_facets.multi_output(c.func):
             raise self.ctx.err(f"{c.func} has one output, {n_out} names given", line)
         if opdef.inputs is not None and len(c.args) != opdef.inputs:
             raise self.ctx.err(f"{c.func} takes {opdef.inputs} tensor argument(s), got {len(c.args)}", line)
@@ -383,7 +375,26 @@ def _constraints(ctx: _Ctx, side: _Side, entry: LMap, key: str) -> list:
     return out
 
 
+def _verify_shapes(ctx: _Ctx, shapes: Any, inputs: list, line: int) -> list:
+    """verify.shapes: one mapping or a list of alternatives, each {input variable: tuple of ints | symbols}."""
+    out = []
+    for alt in shapes if isinstance(shapes, list) else [shapes]:
+        if not isinstance(alt, dict):
+            raise ctx.err("verify.shapes must map input names to shapes (or be a list of such mappings)", line)
+        one = {}
+        for name, shape in alt.items():
+            if name not in inputs:
+                raise ctx.err(f"verify.shapes names '{name}', which is not an input tensor of the rule "
+                              f"(inputs: {', '.join(inputs)})", line)
+            if not isinstance(shape, list) or not all(isinstance(d, (int, str)) for d in shape):
+                raise ctx.err(f"verify.shapes.{name} must be a list of ints and dimension symbols", line)
+            one[name] = tuple(d if isinstance(d, int) else str(d).strip() for d in shape)
+        out.append(one)
+    return out
+
+
 def _verify_spec(ctx: _Ctx, entry: LMap, inputs: list) -> VerifySpec:
+    """The entry's `verify` settings, checked."""
     spec = VerifySpec()
     if "verify" not in entry:
         return spec
@@ -396,21 +407,7 @@ def _verify_spec(ctx: _Ctx, entry: LMap, inputs: list) -> VerifySpec:
             raise ctx.err(f"unknown key '{k}' in verify (known: {', '.join(sorted(VERIFY_KEYS))})",
                           v.line_of(k) if isinstance(v, LMap) else line)
     lof = (lambda k: v.line_of(k)) if isinstance(v, LMap) else (lambda k: line)
-    shapes = v.get("shapes", {}) or {}
-    alternatives = shapes if isinstance(shapes, list) else [shapes]
-    for alt in alternatives:
-        if not isinstance(alt, dict):
-            raise ctx.err("verify.shapes must map input names to shapes (or be a list of such mappings)",
-                          lof("shapes"))
-        one = {}
-        for name, shape in alt.items():
-            if name not in inputs:
-                raise ctx.err(f"verify.shapes names '{name}', which is not an input tensor of the rule "
-                              f"(inputs: {', '.join(inputs)})", lof("shapes"))
-            if not isinstance(shape, list) or not all(isinstance(d, (int, str)) for d in shape):
-                raise ctx.err(f"verify.shapes.{name} must be a list of ints and dimension symbols", lof("shapes"))
-            one[name] = tuple(d if isinstance(d, int) else str(d).strip() for d in shape)
-        spec.shapes.append(one)
+    spec.shapes = _verify_shapes(ctx, v.get("shapes", {}) or {}, inputs, lof("shapes"))
     dims = v.get("dims", {}) or {}
     if not isinstance(dims, dict):
         raise ctx.err("verify.dims must map symbols to lists of sizes", lof("dims"))
@@ -425,7 +422,6 @@ def _verify_spec(ctx: _Ctx, entry: LMap, inputs: list) -> VerifySpec:
     for k, dom in attrs.items():
         if not isinstance(dom, list) or not dom:
             raise ctx.err(f"verify.attrs.{k} must be a non-empty list of values", lof("attrs"))
-        from ..graph.types import freeze
         spec.attrs[str(k)] = tuple(freeze(x) for x in dom)
     for key, typ in (("instances", int), ("timeout", (int, float)), ("elements", int)):
         if key in v:
@@ -451,10 +447,7 @@ def compile_rule(entry: Any, file: Optional[str] = None, line: int = 0) -> Rule:
     """Compile one YAML rule entry (a mapping). Raises RuleError."""
     if not isinstance(entry, dict):
         raise RuleError("a rule entry must be a mapping", file, line)
-    if not isinstance(entry, LMap):  # built in Python: give it line info
-        m = LMap(entry)
-        m.line, m.key_lines = line, {}
-        entry = m
+    entry = _with_lines(entry, line)
     line = entry.line or line
     name = entry.get("name")
     ctx = _Ctx(file, str(name) if name is not None else None)
@@ -463,15 +456,50 @@ def compile_rule(entry: Any, file: Optional[str] = None, line: int = 0) -> Rule:
     for k in entry:
         if k not in ENTRY_KEYS:
             raise ctx.err(f"unknown key '{k}' (known: {', '.join(sorted(ENTRY_KEYS))})", entry.line_of(k))
+    src = _source_side(ctx, entry, line)
+    where = _constraints(ctx, src, entry, "where")
+    facts = _constraints(ctx, src, entry, "facts")
+    outputs = _outputs(ctx, entry, src)
+    tgt = _Side(ctx, "target", src)
+    tgt_outputs = _target_side(ctx, entry, tgt, outputs, line) if "target" in entry or "facts" not in entry else {}
+    verify = _verify_spec(ctx, entry, src.vars)
+    expect = entry.get("expect")
+    if expect is not None and expect not in ("verified", "refuted", "unproven"):
+        raise ctx.err("'expect' must be verified, refuted or unproven", entry.line_of("expect"))
+    return Rule(name=name, file=file, line=line, family=str(entry.get("family", "misc")),
+                doc=str(entry.get("doc", "")), source=src.nodes, target=tgt.nodes, inputs=list(src.vars),
+                attr_vars=dict(src.attr_vars), splats=dict(src.splats), src_names=dict(src.names), outputs=outputs,
+                tgt_outputs=tgt_outputs, where=where, facts=facts, verify=verify, canonical=_canonical(entry),
+                expect=expect)
+
+
+def _with_lines(entry: dict, line: int) -> LMap:
+    """The entry as an LMap (an entry built in Python gets `line` for all its keys)."""
+    if isinstance(entry, LMap):
+        return entry
+    m = LMap(entry)
+    m.line, m.key_lines = line, {}
+    return m
+
+
+def _canonical(entry: LMap) -> str:
+    """The rule's content, what it says and not what it is called: verdicts and samples depend on this only."""
+    canon = {k: _plain(entry[k]) for k in sorted(entry) if k not in ("name", "doc", "family", "expect")}
+    return json.dumps(canon, sort_keys=True, default=repr)
+
+
+def _source_side(ctx: _Ctx, entry: LMap, line: int) -> _Side:
     src_map = _require(ctx, entry, "source", dict, line)
     if not src_map:
         raise ctx.err("the source pattern is empty", entry.line_of("source"))
     src = _Side(ctx, "source")
     for k, v in src_map.items():
         src.entry(k, v, src_map.line_of(k) if isinstance(src_map, LMap) else line)
-    where = _constraints(ctx, src, entry, "where")
-    facts = _constraints(ctx, src, entry, "facts")
-    # outputs
+    return src
+
+
+def _outputs(ctx: _Ctx, entry: LMap, src: _Side) -> list:
+    """The source tensors the rule replaces: `outputs`, else every named source tensor nothing in the source reads."""
     if "outputs" in entry:
         outs = entry["outputs"]
         if isinstance(outs, str):
@@ -493,43 +521,35 @@ def compile_rule(entry: Any, file: Optional[str] = None, line: int = 0) -> Rule:
             raise ctx.err(f"output '{o}' is not a tensor defined in the source", entry.line_of("outputs"))
     if len(set(outputs)) != len(outputs):
         raise ctx.err("'outputs' lists a tensor twice", entry.line_of("outputs"))
-    # target
-    tgt = _Side(ctx, "target", src)
-    if "target" in entry or "facts" not in entry:
-        tgt_map = _require(ctx, entry, "target", dict, line)
-        for k in tgt_map:
-            for n in str(k).split(","):
-                n = n.strip()
-                if n in src.names and n not in outputs:
-                    raise ctx.err(f"target name '{n}' is an interior source tensor; pick another name or list it "
-                                  "in 'outputs'", tgt_map.line_of(k) if isinstance(tgt_map, LMap) else line)
-                if n in src.vars:
-                    raise ctx.err(f"target name '{n}' is an input variable of the rule",
-                                  tgt_map.line_of(k) if isinstance(tgt_map, LMap) else line)
-        for k, v in tgt_map.items():
-            tgt.entry(k, v, tgt_map.line_of(k) if isinstance(tgt_map, LMap) else line)
-        for n in tgt.nodes:
-            for spec in n.attrs.values():
-                if spec.kind == "expr":
-                    tgt.check_expr(spec.value, n.line)
-        tgt_outputs = {}
-        for o in outputs:
-            if o not in tgt.names:
-                raise ctx.err(f"output '{o}' is not defined in the target", entry.line_of("target"))
-            tgt_outputs[o] = tgt.names[o]
-    else:
-        tgt_outputs = {}
-    verify = _verify_spec(ctx, entry, src.vars)
-    expect = entry.get("expect")
-    if expect is not None and expect not in ("verified", "refuted", "unproven"):
-        raise ctx.err("'expect' must be verified, refuted or unproven", entry.line_of("expect"))
-    # the rule's content: what it says, not what it is called (verdicts and samples depend on this only)
-    canon = {k: _plain(entry[k]) for k in sorted(entry) if k not in ("name", "doc", "family", "expect")}
-    return Rule(name=name, file=file, line=line, family=str(entry.get("family", "misc")),
-                doc=str(entry.get("doc", "")), source=src.nodes, target=tgt.nodes, inputs=list(src.vars),
-                attr_vars=dict(src.attr_vars), splats=dict(src.splats), src_names=dict(src.names), outputs=outputs,
-                tgt_outputs=tgt_outputs, where=where, facts=facts, verify=verify,
-                canonical=json.dumps(canon, sort_keys=True, default=repr), expect=expect)
+    return outputs
+
+
+def _target_side(ctx: _Ctx, entry: LMap, tgt: _Side, outputs: list, line: int) -> dict:
+    """Compile the target into `tgt`; returns {output name: its ArgRef in the target}."""
+    src = tgt.src
+    assert src is not None
+    tgt_map = _require(ctx, entry, "target", dict, line)
+    line_of = (lambda k: tgt_map.line_of(k)) if isinstance(tgt_map, LMap) else (lambda k: line)
+    for k in tgt_map:
+        for n in str(k).split(","):
+            n = n.strip()
+            if n in src.names and n not in outputs:
+                raise ctx.err(f"target name '{n}' is an interior source tensor; pick another name or list it "
+                              "in 'outputs'", line_of(k))
+            if n in src.vars:
+                raise ctx.err(f"target name '{n}' is an input variable of the rule", line_of(k))
+    for k, v in tgt_map.items():
+        tgt.entry(k, v, line_of(k))
+    for n in tgt.nodes:
+        for spec in n.attrs.values():
+            if spec.kind == "expr":
+                tgt.check_expr(spec.value, n.line)
+    tgt_outputs = {}
+    for o in outputs:
+        if o not in tgt.names:
+            raise ctx.err(f"output '{o}' is not defined in the target", entry.line_of("target"))
+        tgt_outputs[o] = tgt.names[o]
+    return tgt_outputs
 
 
 def parse_rules(text: str, file: Optional[str] = None) -> list:

@@ -2,9 +2,9 @@
 
 The search starts from the pattern node with the fewest candidates of its operator type (index by op type, built once
 per graph), walks *down* into producers of bound nodes' inputs and *up* into consumers of bound tensors (this is how
-multi-root patterns such as two convolutions sharing an input are found), and backtracks. `add` and `mul` match in
-either argument order. Matches equivalent under a symmetry of the pattern (swapping two identical branches) are
-reported once.
+multi-root patterns such as two convolutions sharing an input are found), and backtracks. Commutative operators (the
+`rules.commutative` facet: `add`, `mul`) match in either argument order. Matches equivalent under a symmetry of the
+pattern (swapping two identical branches) are reported once.
 """
 from __future__ import annotations
 
@@ -16,17 +16,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..graph import CycleError, GraphError, TensorGraph
+from ..graph import CycleError, GraphError, TensorGraph, TensorRef
 from ..graph.ops import OPS
 from ..graph.types import freeze
-from . import expr as E
+from . import expr as E, op_facets
 from .language import ArgRef, PNode, Rule
 
 log = logging.getLogger(__name__)
-
-COMMUTATIVE = frozenset({"add", "mul"})
-AXIS_ATTRS = {"concat": "axis", "split": "axis", "softmax": "axis", "batchnorm": "axis"}
-TensorRef = tuple
 
 
 class TypeMismatch(GraphError):
@@ -94,24 +90,25 @@ def graph_index(graph: TensorGraph) -> GraphIndex:
 _CANON_CACHE: dict = {}
 
 
-def _norm_attr(op: str, key: str, value: Any, in_types) -> Any:
-    """Attribute value with negative axes made non-negative (so that axis=-1 and axis=1 of a 2-D tensor agree)."""
-    if AXIS_ATTRS.get(op) == key and isinstance(value, int) and not isinstance(value, bool) and in_types:
+def _norm_attr(axis_attr: Optional[str], key: str, value: Any, in_types) -> Any:
+    """Attribute value with negative axes made non-negative (so that axis=-1 and axis=1 of a 2-D tensor agree);
+    `axis_attr` is the operator's `rules.axis_attr` facet."""
+    if axis_attr == key and isinstance(value, int) and not isinstance(value, bool) and in_types:
         nd = in_types[0].ndim
         if -nd <= value < nd:
             return value % nd
     return value
 
 
-def _const_equal(op: str, key: str, const: Any, node, in_types) -> bool:
+def _const_equal(op: str, axis_attr: Optional[str], key: str, const: Any, node, in_types) -> bool:
     """Does the pattern constant denote the node's (canonical) attribute value? `in_types`: list or callable."""
     have = node.attrs[key]
     if have == const:
         return True
     if callable(in_types):
         in_types = in_types()
-    have = _norm_attr(op, key, have, in_types)
-    if have == const or _norm_attr(op, key, const, in_types) == have:
+    have = _norm_attr(axis_attr, key, have, in_types)
+    if have == const or _norm_attr(axis_attr, key, const, in_types) == have:
         return True
     ck = (op, key, const, tuple(sorted(node.attrs.items())), tuple(in_types))
     hit = _CANON_CACHE.get(ck)
@@ -187,8 +184,11 @@ class _Compiled:
         # per pattern node: constant attributes (checked before any state is copied) and variable attributes
         self.consts = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "const"] for p in src]
         self.vars = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "var"] for p in src]
-        self.perms = [[(0, 1), (1, 0)] if p.op in COMMUTATIVE and len(p.args) == 2 else [tuple(range(len(p.args)))]
-                      for p in src]
+        # per pattern node: its operator's facets
+        self.commutative = [op_facets.commutative(p.op) and len(p.args) == 2 for p in src]
+        self.axis_attr = [op_facets.axis_attr(p.op) for p in src]
+        self.perms = [[(0, 1), (1, 0)] if comm else [tuple(range(len(p.args)))]
+                      for p, comm in zip(src, self.commutative)]
 
 
 def _key(a: ArgRef) -> tuple:
@@ -311,21 +311,19 @@ class _State:
         return _State(dict(self.nodes), set(self.used), dict(self.tensors), dict(self.attrs), dict(self.splats))
 
 
-def _bind_attrs(p: PNode, var_attrs: list, node, in_types, st: _State) -> bool:
-    op = p.op
-    axis_op = op in AXIS_ATTRS
+def _bind_attrs(p: PNode, var_attrs: list, axis_attr: Optional[str], node, in_types, st: _State) -> bool:
     for k, name in var_attrs:
         v = node.attrs[k]
-        if axis_op:
-            v = _norm_attr(op, k, v, in_types)
+        if axis_attr is not None:
+            v = _norm_attr(axis_attr, k, v, in_types)
         have = st.attrs.get(name, _MISSING)
         if have is _MISSING:
             st.attrs[name] = v
         elif have != v:
             return False
     if p.splat is not None:
-        group = {k: (_norm_attr(op, k, v, in_types) if axis_op else v) for k, v in node.attrs.items()
-                 if k not in p.attrs}
+        group = {k: (_norm_attr(axis_attr, k, v, in_types) if axis_attr is not None else v)
+                 for k, v in node.attrs.items() if k not in p.attrs}
         have = st.splats.get(p.splat)
         if have is None:
             st.splats[p.splat] = group
@@ -345,10 +343,10 @@ def _try_bind(comp: "_Compiled", p: PNode, nid: int, st: _State, index: GraphInd
     types = index.nodes
     in_types = [types[i].types[j] for i, j in node.inputs]
     for k, const in comp.consts[p.index]:
-        if not _const_equal(p.op, k, const, node, in_types):
+        if not _const_equal(p.op, comp.axis_attr[p.index], k, const, node, in_types):
             return
     base = st.copy()
-    if not _bind_attrs(p, comp.vars[p.index], node, in_types, base):
+    if not _bind_attrs(p, comp.vars[p.index], comp.axis_attr[p.index], node, in_types, base):
         return
     base.nodes[p.index] = nid
     base.used.add(nid)
@@ -396,7 +394,7 @@ def _candidates(comp: _Compiled, st: _State, index: GraphIndex) -> tuple[Optiona
                 ref = (b, a.out) if b is not None else None
             if ref is None:
                 continue
-            comm = p.op in COMMUTATIVE and len(p.args) == 2
+            comm = comp.commutative[p.index]
             c = {nid for nid, pos in index.consumers.get(ref, ()) if nid >= 0 and index.nodes[nid].op == p.op
                  and (pos == j or comm)}
             cands = c if cands is None else cands & c
@@ -447,7 +445,7 @@ def _complete(comp: _Compiled, st: _State, index: GraphIndex, check_interior: bo
             node = index.nodes[st.nodes[p_idx]]
             in_types = [index.type(r) for r in node.inputs]
             want = freeze(fn(env))
-            if not _const_equal(rule.source[p_idx].op, k, want, node, in_types):
+            if not _const_equal(rule.source[p_idx].op, comp.axis_attr[p_idx], k, want, node, in_types):
                 return None
         for fn in comp.where:
             if not fn(env):

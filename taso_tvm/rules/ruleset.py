@@ -7,7 +7,7 @@ from typing import Iterable, Iterator, Optional, Union
 
 from ..graph import TensorGraph
 from .language import Rule, read_rule_files
-from .matcher import Match, graph_index
+from .matcher import Match, apply_match, find_matches, graph_index
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,12 @@ class RuleSet:
         index = graph_index(graph)
         out: list[tuple[Rule, Match]] = []
         for r in self.rules:
-            out.extend((r, m) for m in r.matches(graph, index=index))
+            out.extend((r, m) for m in find_matches(r, graph, index=index))
         return out
+
+    def apply(self, graph: TensorGraph, rule: Rule, match: Match) -> Optional[TensorGraph]:
+        """The graph with one match rewritten, or None when the target does not build there or makes a cycle."""
+        return apply_match(rule, graph, match)
 
     def __repr__(self) -> str:
         return f"RuleSet({len(self.rules)} rules)"
@@ -84,6 +88,5 @@ def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False,
                         v.status)
             keep.append(r)
         else:
-            detail = "; ".join(f"{m.method}: {m.status} {m.detail}" for m in v.methods)
-            log.error("rule %s (%s:%d) is %s and is not loaded: %s", r.name, r.file, r.line, v.status, detail)
+            log.error("rule %s (%s:%d) is %s and is not loaded: %s", r.name, r.file, r.line, v.status, v.reason())
     return RuleSet(keep, res)

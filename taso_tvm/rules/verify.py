@@ -23,8 +23,8 @@ import logging
 import multiprocessing
 import os
 import sys
-import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -45,6 +45,9 @@ VERIFIER_VERSION = "taso-tvm-verify-2"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
+
+
+STATUSES = ("verified", "refuted", "unproven")
 
 
 @dataclass
@@ -82,6 +85,17 @@ class VerifyResult:
     def method(self, name: str) -> Optional[MethodResult]:
         return next((m for m in self.methods if m.method == name), None)
 
+    def reason(self) -> str:
+        """One line on why the rule is not verified: its counterexample (instance, detail, input values), else what
+        each method that did not prove it says."""
+        ce = self.counterexample
+        if ce:
+            parts = [ce.get("instance", ""), ce.get("detail", "")]
+            if ce.get("inputs"):
+                parts.append("inputs " + json.dumps(ce["inputs"]))
+            return "; ".join(p for p in parts if p)
+        return "; ".join(f"{m.method}: {m.detail}" for m in self.methods if m.status != "proven")
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("cached")
@@ -91,6 +105,13 @@ class VerifyResult:
     def from_dict(d: dict) -> "VerifyResult":
         return VerifyResult(d["rule"], d["status"], [MethodResult(**m) for m in d["methods"]], d["time"],
                             d.get("digest", ""), cached=True, proof=d.get("proof", ""))
+
+
+def tally(results: Iterable[VerifyResult]) -> Counter:
+    """How many results have each status (every status in `STATUSES` is present, 0 when none has it)."""
+    out = Counter({s: 0 for s in STATUSES})
+    out.update(r.status for r in results)
+    return out
 
 
 # ---------------------------------------------------------------- z3 evaluation
@@ -199,52 +220,81 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
     """Prove one instance. Returns (status, detail, counterexample): proven / refuted / unknown / inapplicable.
 
     `numeric_first`: try random numbers with NumPy first (a concrete counterexample, found fast)."""
+    try:
+        _check_facts(inst)
+        if not inst.rule.tgt_outputs:
+            return "proven", "", None
+        tgt = _rewrite(inst)
+        if numeric_first:  # fast refutation with concrete numbers
+            ok, detail, feeds = numpy_check(inst)
+            if not ok:
+                return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+        syms = _symbols(inst)
+        memo: dict = {}
+        try:
+            src = z3_evaluate(inst.graph, inst.graph.outputs, syms, memo)
+            dst = z3_evaluate(tgt, tgt.outputs, syms, memo)
+        except GraphError as err:
+            return "unknown", str(err), None
+        residual = _residual(inst, src, dst)
+        return _solve(inst, tgt, syms, residual, timeout) if residual else ("proven", "", None)
+    except _Verdict as v:
+        return v.result
+
+
+class _Verdict(Exception):
+    """A verdict on an instance reached before its proof's end: (status, detail, counterexample)."""
+
+    def __init__(self, status: str, detail: str, counterexample: Optional[dict] = None):
+        super().__init__(detail)
+        self.result = (status, detail, counterexample)
+
+
+def _check_facts(inst: Instance) -> None:
+    """The rule's facts hold at the instance (else a `_Verdict`: refuted, or unknown when one is not evaluable)."""
+    if not inst.rule.facts:
+        return
+    from . import expr as E
+    from .matcher import MatchEnv, graph_index
+
+    env = MatchEnv(inst.match, graph_index(inst.graph))
+    for f in inst.rule.facts:
+        try:
+            holds = bool(E.evaluate(f.expr, env))
+        except E.ExprError as err:
+            raise _Verdict("unknown", f"fact '{f.text}' not evaluable at {inst.describe()}: {err}") from None
+        if not holds:
+            raise _Verdict("refuted", f"fact '{f.text}' is false", _counterexample(inst, "fact", f.text))
+
+
+def _rewrite(inst: Instance) -> TensorGraph:
+    """The instance's graph rewritten by the rule. A target that does not build or changes a type where the source
+    builds and the constraints hold is a counterexample (a refuting `_Verdict`); a cyclic rewrite is unknown."""
+    try:
+        mapping = build_target(inst.rule, inst.graph, inst.match)
+    except TypeMismatch as err:
+        raise _Verdict("refuted", str(err), _counterexample(inst, "type", str(err))) from None
+    except GraphError as err:
+        raise _Verdict("refuted", f"the target does not build: {err}",
+                       _counterexample(inst, "build", str(err))) from None
+    try:
+        return inst.graph.replace(mapping)
+    except CycleError as err:  # the target reads what it replaces: no rewrite to compare
+        raise _Verdict("unknown", f"the rewrite is cyclic at {inst.describe()}: {err}") from None
+
+
+def _residual(inst: Instance, src: list, dst: list) -> list:
+    """[(output, index, source element, target element)] for the elements that polynomial normalisation does not
+    prove equal (a refuting `_Verdict` when an output's shape differs)."""
     import z3
 
-    rule = inst.rule
-    if rule.facts:
-        from . import expr as E
-        from .matcher import MatchEnv, graph_index
-
-        env = MatchEnv(inst.match, graph_index(inst.graph))
-        for f in rule.facts:
-            try:
-                holds = bool(E.evaluate(f.expr, env))
-            except E.ExprError as err:
-                return "unknown", f"fact '{f.text}' not evaluable at {inst.describe()}: {err}", None
-            if not holds:
-                return "refuted", f"fact '{f.text}' is false", _counterexample(inst, "fact", f.text)
-    if not rule.tgt_outputs:
-        return "proven", "", None
-    try:
-        mapping = build_target(rule, inst.graph, inst.match)
-    except TypeMismatch as err:
-        return "refuted", str(err), _counterexample(inst, "type", str(err))
-    except GraphError as err:
-        # the source builds and the constraints hold, so the rule claims to apply here: a counterexample
-        return "refuted", f"the target does not build: {err}", _counterexample(inst, "build", str(err))
-    try:
-        tgt = inst.graph.replace(mapping)
-    except CycleError as err:  # the target reads what it replaces: no rewrite to compare
-        return "unknown", f"the rewrite is cyclic at {inst.describe()}: {err}", None
-    if numeric_first:  # fast refutation with concrete numbers
-        ok, detail, feeds = numpy_check(inst)
-        if not ok:
-            return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
-    syms = _symbols(inst)
-    memo: dict = {}
-    try:
-        src = z3_evaluate(inst.graph, inst.graph.outputs, syms, memo)
-        dst = z3_evaluate(tgt, tgt.outputs, syms, memo)
-    except GraphError as err:
-        return "unknown", str(err), None
     from ..graph.ops.elementwise import z3_val
 
     residual = []
     for o, (a, b) in enumerate(zip(src, dst)):
         if a.shape != b.shape:
-            return "refuted", f"output {rule.outputs[o]}: shape {a.shape} vs {b.shape}", \
-                _counterexample(inst, "type", "shape mismatch")
+            raise _Verdict("refuted", f"output {inst.rule.outputs[o]}: shape {a.shape} vs {b.shape}",
+                           _counterexample(inst, "type", "shape mismatch"))
         for idx in np.ndindex(a.shape):
             x, y = z3_val(a[idx]), z3_val(b[idx])
             if x.eq(y):
@@ -253,8 +303,14 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
             if z3.is_rational_value(d) and d.as_fraction() == 0:
                 continue
             residual.append((o, idx, x, y))
-    if not residual:
-        return "proven", "", None
+    return residual
+
+
+def _solve(inst: Instance, tgt: TensorGraph, syms: dict, residual: list, timeout: float) -> tuple:
+    """Ask Z3 whether some residual element can differ: proven, refuted with the model as a counterexample (when
+    NumPy confirms it or no uninterpreted function is involved), or unknown."""
+    import z3
+
     s = z3.Solver()
     s.set("timeout", int(timeout * 1000))
     s.add(z3.Or([x != y for _, _, x, y in residual]))
@@ -274,7 +330,7 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
         values[v] = vals
     o, idx, x, y = next(((o, i, x, y) for o, i, x, y in residual
                          if z3.is_true(model.eval(x != y, model_completion=True))), residual[0])
-    detail = f"output {rule.outputs[o]}{list(idx)}: source {model.eval(x, model_completion=True)} vs target " \
+    detail = f"output {inst.rule.outputs[o]}{list(idx)}: source {model.eval(x, model_completion=True)} vs target " \
              f"{model.eval(y, model_completion=True)}"
     try:
         pairs = _numpy_outputs(inst, tgt, values)
@@ -287,13 +343,11 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
 
 
 def _numeric_only(inst: Instance, draws: int = 3) -> tuple:
+    """An instance beyond the solver's size bound: the rewrite must build, then NumPy on several random draws."""
     try:
-        mapping = build_target(inst.rule, inst.graph, inst.match)
-    except TypeMismatch as err:
-        return "refuted", str(err), _counterexample(inst, "type", str(err))
-    except GraphError as err:
-        return "refuted", f"the target does not build: {err}", _counterexample(inst, "build", str(err))
-    del mapping
+        _rewrite(inst)
+    except _Verdict as v:
+        return v.result
     for k in range(draws):
         ok, detail, feeds = numpy_check(inst, np.random.default_rng(k))
         if not ok:

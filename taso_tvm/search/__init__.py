@@ -3,37 +3,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..graph import TensorGraph
 from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
+from .config import SearchConfig
 from .regions import search_by_regions
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SearchConfig:
-    """Search settings. `budget` is the number of graphs expanded per region; `time_limit` (s) is for the whole
-    search; `region_size` is the operator count above which a graph is searched region by region."""
-
-    alpha: float = 1.05
-    budget: int = 10
-    time_limit: Optional[float] = None
-    region_size: int = 32
-    max_ops_ratio: float = 1.5
-
-    def validate(self) -> "SearchConfig":
-        if not (isinstance(self.alpha, (int, float)) and 1.0 <= self.alpha <= 3.0):
-            raise ValueError(f"alpha must be a number in [1, 3], got {self.alpha!r}")
-        if not (isinstance(self.budget, int) and self.budget >= 0):
-            raise ValueError(f"budget must be a non-negative integer, got {self.budget!r}")
-        if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
-            raise ValueError(f"time limit must be a positive number of seconds, got {self.time_limit!r}")
-        if not (isinstance(self.region_size, int) and self.region_size >= 4):
-            raise ValueError(f"region size must be an integer >= 4, got {self.region_size!r}")
-        return self
 
 
 def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
@@ -51,8 +28,7 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
     total = SearchStats(start_cost, start_cost, graph.num_runtime_ops, graph.num_runtime_ops)
 
     def search_one(g: TensorGraph):
-        return backtracking_search(g, rules, cost, alpha=cfg.alpha, budget=cfg.budget, deadline=deadline,
-                                   max_ops=int(g.num_runtime_ops * cfg.max_ops_ratio) + 4, prefetch=prefetch)
+        return backtracking_search(g, rules, cost, cfg, deadline=deadline, prefetch=prefetch)
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline

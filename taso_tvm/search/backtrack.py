@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 from ..graph import TensorGraph
+from .config import SearchConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +23,14 @@ CostFn = Callable[[TensorGraph], float]
 
 
 class RuleSource(Protocol):
-    """What the search needs of a rule set: every (rule, match) of a graph, and a way to apply one."""
+    """What the search needs of a rule set: every (rule, match) of a graph, and a way to apply one (a rule has a
+    `name`, which the statistics count)."""
 
     def matches(self, graph: TensorGraph) -> list: ...
+
+    def apply(self, graph: TensorGraph, rule: Any, match: Any) -> Optional[TensorGraph]:
+        """The graph with the match rewritten; None when the rule's target does not build there or would make a
+        cycle."""
 
 
 @dataclass
@@ -51,27 +57,22 @@ class SearchStats:
             self.stopped_by = "budget"
 
 
-def apply_rule(rule: Any, graph: TensorGraph, match: Any) -> Optional[TensorGraph]:
-    """Rewrite one match (None when the rule's target does not build there or would make a cycle)."""
-    from ..rules.matcher import apply_match
-
-    return apply_match(rule, graph, match)
-
-
-def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alpha: float = 1.05,
-                        budget: int = 100, deadline: Optional[float] = None, max_ops: Optional[int] = None,
+def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
+                        deadline: Optional[float] = None,
                         prefetch: Optional[Callable[[list], None]] = None) -> tuple[TensorGraph, SearchStats]:
     """Search from `graph`; returns the cheapest graph found and statistics.
 
-    `budget` bounds the graphs expanded, `deadline` is a `time.monotonic()` instant, `max_ops` bounds the operator
-    count of candidates (default: 1.5 x the start plus 4). `prefetch(graphs)`, if given, is called with each
-    expansion's new candidates before they are costed one by one (a measuring cost model builds their new kernels
-    in one parallel batch). Deterministic: ties are broken by discovery order.
+    From `config` (default `SearchConfig()`): `alpha`, `budget` (graphs expanded) and the bound on candidates'
+    operator count (`max_ops`); `deadline` is a `time.monotonic()` instant. `prefetch(graphs)`, if given, is called
+    with each expansion's new candidates before they are costed one by one (a measuring cost model builds their new
+    kernels in one parallel batch). Deterministic: ties are broken by discovery order.
     """
+    cfg = config or SearchConfig()
+    alpha, budget = cfg.alpha, cfg.budget
     t0 = time.monotonic()
     start_cost = cost(graph)
     ops0 = graph.num_runtime_ops
-    max_ops = max_ops if max_ops is not None else int(ops0 * 1.5) + 4
+    max_ops = cfg.max_ops(ops0)
     best, best_cost, best_path = graph, start_cost, ()
     counter = itertools.count()
     heap = [(start_cost, next(counter), graph, ())]
@@ -89,7 +90,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, alp
             stats.expanded += 1
             fresh = []
             for rule, match in rules.matches(g):
-                new = apply_rule(rule, g, match)
+                new = rules.apply(g, rule, match)
                 if new is None or new in seen:
                     continue
                 seen.add(new)

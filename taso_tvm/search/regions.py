@@ -55,7 +55,7 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
     Small graphs are searched whole. Returns the graph and the per-region statistics.
     """
-    from ..cost.progress import Progress
+    from ..progress import Progress
 
     if graph.num_ops <= size:
         best, stats = search_one(graph)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-OPSET = 17
+OPSET = 17  # the opset every zoo model is written in
 IR_VERSION = 8  # the IR version that goes with opset 17
 
 # BN running variance range: with gamma ~ U(0.5, 1.5), E[gamma^2 / var] ~= 1, so
@@ -168,13 +168,10 @@ class GraphBuilder:
         if isinstance(pad, str):
             if pad.lower() != "same":
                 raise ValueError(f"unsupported padding {pad!r}")
-            begin, end = [], []
-            for size, kk, ss, dd in zip(in_hw, k, s, d):
-                out = -(-size // ss)
-                total = max((out - 1) * ss + (kk - 1) * dd + 1 - size, 0)
-                begin.append(total // 2)
-                end.append(total - total // 2)  # SAME_UPPER: extra padding at the end
-            return begin + end
+            from ..graph.ops.nn import same_padding
+
+            pads = [same_padding(size, kk, ss, dd) for size, kk, ss, dd in zip(in_hw, k, s, d)]
+            return [p[0] for p in pads] + [p[1] for p in pads]  # SAME_UPPER: extra padding at the end
         if isinstance(pad, int):
             return [pad] * 4
         pad = list(pad)

@@ -1,5 +1,5 @@
-"""Measure kernels in ONNX Runtime: each kernel a small ONNX model (weights as initializers) run with the
-deployment's thread count, timed by ONNX Runtime's own profiler.
+"""Measure kernels in ONNX Runtime: each kernel a small ONNX model as the exporter writes it (weights as
+initializers) run with the deployment's thread count, timed by ONNX Runtime's own profiler.
 
 A kernel's cost is the median over runs of the summed kernel time of its ONNX Runtime nodes. That leaves out what a
 kernel does not pay inside a whole-model session: the `run` call itself, and the NCHWc layout reorders ONNX Runtime
@@ -19,19 +19,21 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ...onnx_io.export import DEFAULT_MIN_OPSET
+from ...progress import Progress
 from ..config import CostConfig
 from ..device import cpu_identity
 from ..kernel import KernelSig
 from ..onnx_kernel import UnsupportedOp, kernel_onnx, random_feeds
-from ..progress import Progress
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
-from .tvm_build import one_line
+from .tvm_build import failure_reason
 
 log = logging.getLogger(__name__)
 
 MIN_KERNEL_MS = 1e-3  # a node's dispatch inside a session: the floor of a kernel's cost
 LAYOUT_NODES = ("ReorderInput", "ReorderOutput")  # NCHWc conversions ORT adds around a lone conv
+KERNEL_FORM = "export_relax"  # how a kernel's model is written; in the cache scope, so a new form re-measures
 
 
 class OrtBackend(Backend):
@@ -62,7 +64,7 @@ class OrtBackend(Backend):
         device = cpu_identity(self.config.num_threads) if self.kind == "llvm" else \
             f"cuda:{self._ort.get_device()}:{self.config.num_threads}t"
         return (self.name, json.dumps(self.config.target_dict, sort_keys=True), device,
-                f"onnxruntime={self._ort.__version__}")
+                f"onnxruntime={self._ort.__version__} kernels={KERNEL_FORM}")
 
     def session(self, model: onnx.ModelProto, profile_prefix: str = "") -> Any:
         opts = self._ort.SessionOptions()
@@ -137,7 +139,7 @@ class OrtBackend(Backend):
             x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
             y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
             g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "null", [x], [y])
-            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", DEFAULT_MIN_OPSET)])
             m.ir_version = 8
             self._overhead_ms = self.time_session(self.session(m), {"x": np.zeros(1, np.float32)})
         return self._overhead_ms
@@ -158,13 +160,17 @@ class OrtBackend(Backend):
         except UnsupportedOp as e:
             log.info("kernel %s has no ONNX form (%s): costed by the analytic model", sig.label(), e)
             return Measurement(self._analytic.cost(sig), "analytic", str(e))
+        except Exception as e:  # noqa: BLE001  (Relax refuses to lower it: a kernel no model can contain)
+            self.counters.build_failures += 1
+            log.warning("kernel failed to lower to Relax, it costs inf: %s | %s", sig.label(), failure_reason(e))
+            return Measurement(math.inf, "build_failed", failure_reason(e))
         try:
             sess = self.session(model)
             self.counters.builds += 1
         except Exception as e:  # noqa: BLE001
             self.counters.build_failures += 1
-            log.warning("kernel failed to load in onnxruntime, it costs inf: %s | %s", sig.label(), one_line(e))
-            return Measurement(math.inf, "build_failed", one_line(e))
+            log.warning("kernel failed to load in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
+            return Measurement(math.inf, "build_failed", failure_reason(e))
         try:
             feeds = random_feeds(sig)
             ms = self.time_profiled(model, feeds)
@@ -173,6 +179,6 @@ class OrtBackend(Backend):
             self.counters.measurements += 1
         except Exception as e:  # noqa: BLE001
             self.counters.run_failures += 1
-            log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), one_line(e))
-            return Measurement(math.inf, "run_failed", one_line(e))
+            log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
+            return Measurement(math.inf, "run_failed", failure_reason(e))
         return Measurement(max(ms, MIN_KERNEL_MS))

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ..config import parse_rpc
-from .tvm_build import one_line
+from .tvm_build import failure_reason
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,13 @@ def connect(rpc: str, timeout_s: float = 60.0) -> Any:
     try:
         tracker = tvm_rpc.connect_tracker(host, port)
     except Exception as e:  # noqa: BLE001
-        raise RpcError(f"cannot reach RPC tracker {host}:{port}: {one_line(e)}") from None
+        raise RpcError(f"cannot reach RPC tracker {host}:{port}: {failure_reason(e)}") from None
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             summary = tracker.summary()
         except Exception as e:  # noqa: BLE001
-            raise RpcError(f"RPC tracker {host}:{port} does not answer: {one_line(e)}") from None
+            raise RpcError(f"RPC tracker {host}:{port} does not answer: {failure_reason(e)}") from None
         if _key_available(summary, key):
             break
         if time.monotonic() > deadline:
@@ -55,5 +55,5 @@ def connect(rpc: str, timeout_s: float = 60.0) -> Any:
     try:
         return tracker.request(key, priority=1, session_timeout=0, max_retry=3)
     except Exception as e:  # noqa: BLE001
-        raise RpcError(f"cannot get a session for key '{key}' from RPC tracker {host}:{port}: {one_line(e)}") \
+        raise RpcError(f"cannot get a session for key '{key}' from RPC tracker {host}:{port}: {failure_reason(e)}") \
             from None

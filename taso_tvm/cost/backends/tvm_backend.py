@@ -27,11 +27,11 @@ import numpy as np
 from ..config import CostConfig, parse_rpc
 from ..device import cpu_identity, cuda_identity
 from ..kernel import KernelSig
-from ..progress import Progress
+from ...progress import Progress
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
 from .rpc import RpcError, connect
-from .tvm_build import build_kernel, one_line, warm_up
+from .tvm_build import build_kernel, failure_reason, warm_up
 from ...quiet import sigint_blocked
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class TvmBackend(Backend):
             try:
                 fn(1, n)
             except Exception as e:  # noqa: BLE001
-                log.debug("could not set the TVM thread pool to %d threads: %s", n, one_line(e))
+                log.debug("could not set the TVM thread pool to %d threads: %s", n, failure_reason(e))
 
     def scope(self) -> tuple[str, str, str, str]:
         target = json.dumps({"target": self.target, "host": self.host}, sort_keys=True)
@@ -188,7 +188,7 @@ class TvmBackend(Backend):
             return None, f"{TIMED_OUT}: build did not finish within {self.config.build_timeout_s:.0f} s", 0.0
         except Exception as e:  # noqa: BLE001  (it crashed its worker even alone: a failed kernel)
             self._drop_pool()
-            return None, f"build process failed: {one_line(e)}", 0.0
+            return None, f"build process failed: {failure_reason(e)}", 0.0
 
     def _build_here(self, s: KernelSig, path: str, results: dict, progress: Optional[Progress]) -> None:
         results[s] = build_kernel((s.nodes, s.inputs, s.outputs), self.target, self.host, path)
@@ -287,7 +287,7 @@ class TvmBackend(Backend):
             self.counters.run_failures += 1
             if self.rpc:
                 self._session = None  # reconnect next time
-            reason = one_line(e)
+            reason = failure_reason(e)
             log.warning("kernel failed to run, it costs inf: %s | %s | signature %s", sig.label(), reason,
                         sig.key[:16])
             return Measurement(math.inf, "run_failed", reason)

@@ -10,14 +10,18 @@ import re
 import time
 from typing import Optional
 
+_OP_DUMP = re.compile(r'ir\.Op\(.*?name="([^"]+)".*?\) requires')  # TVM prints the whole Op
+MAX_REASON = 300
 
-def one_line(err: BaseException) -> str:
-    """The most telling line of an exception message (TVM errors carry tracebacks)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    pick = next((ln for ln in reversed(lines) if "Error" in ln or "Check failed" in ln), lines[-1] if lines else "")
-    pick = re.sub(r'ir\.Op\(.*?name="([^"]+)".*?\) requires', r"\1 requires", pick)  # TVM prints the whole Op
-    text = f"{type(err).__name__}: {pick}" if pick and not pick.startswith(type(err).__name__) else pick
-    return (text or type(err).__name__)[:300]
+
+def failure_reason(err: BaseException) -> str:
+    """A failed kernel's reason in one line: the error's class and `errors.one_line` of it, with the whole `ir.Op`
+    object TVM prints cut down to the operator's name."""
+    from ...errors import one_line
+
+    pick = _OP_DUMP.sub(r"\1 requires", one_line(err))
+    text = pick if pick.startswith(type(err).__name__) else f"{type(err).__name__}: {pick}"
+    return text[:MAX_REASON]
 
 
 def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: str) \
@@ -39,7 +43,7 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
         ex.export_library(out_path)
         return out_path, None, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001  (any failure is a failed kernel, reported in one line)
-        return None, one_line(e), time.perf_counter() - t0
+        return None, failure_reason(e), time.perf_counter() - t0
 
 
 def warm_up() -> None:

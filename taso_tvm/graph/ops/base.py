@@ -14,10 +14,13 @@ import numpy as np
 
 from ..types import GraphError, TensorType, freeze
 
-InferFn = Callable[[Sequence[TensorType], dict], list[TensorType]]
-NumpyFn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]
-LiftFn = Callable[[Any], "tuple[list[Any], dict]"]  # relax Call -> (tensor args, attrs)
-LowerFn = Callable[[Sequence[Any], dict, Sequence[TensorType]], Any]  # (relax exprs, attrs, input types) -> relax expr
+InferFn = Callable[[Sequence[TensorType], dict], list[TensorType]]  # (input types, attrs) -> output types
+NumpyFn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]  # (input arrays, attrs) -> output arrays
+Z3Fn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]  # the same over object arrays of z3 expressions
+LiftFn = Callable[[Any], "Optional[tuple[list[Any], dict]]"]  # relax Call -> (tensor args, attrs); None: not liftable
+# (block builder, relax exprs, attrs, input types) -> relax expr (a list of them for several outputs)
+LowerFn = Callable[[Any, Sequence[Any], dict, Sequence[TensorType]], Any]
+NormalizeFn = Callable[[dict, Sequence[TensorType]], dict]  # (attrs, input types) -> canonical attrs
 
 
 @dataclass
@@ -32,11 +35,8 @@ class OpDef:
     relax: tuple[str, ...] = ()  # Relax operator names lifted into this op
     lift: Optional[LiftFn] = None
     lower: Optional[LowerFn] = None
-    z3: Optional[Callable[..., list]] = None  # symbolic semantics, filled by the rules package's z3 module
-    normalize: Optional[Callable[[dict, Sequence[TensorType]], dict]] = None  # canonicalise attrs given input types
-    # values the rule verifier tries for an attribute a rule leaves free: a tuple of values, or a word for values
-    # derived from the input types (see taso_tvm.rules.instances.DOMAIN_WORDS); unlisted: the default value only
-    domains: dict[str, Any] = field(default_factory=dict)
+    z3: Optional[Z3Fn] = None  # symbolic semantics, read by the rule verifier
+    normalize: Optional[NormalizeFn] = None  # canonicalise attrs given input types
     doc: str = ""
 
     def make_attrs(self, given: dict, in_types: Sequence[TensorType]) -> dict:
@@ -55,6 +55,7 @@ class OpDef:
         return out
 
     def check_arity(self, n: int) -> None:
+        """Raise a GraphError unless the operator takes `n` inputs."""
         if self.inputs is None:
             if n < 1:
                 raise GraphError(f"{self.name}: needs at least one input")
@@ -67,6 +68,7 @@ RELAX_TO_OP: dict[str, OpDef] = {}
 
 
 def register(op: OpDef) -> OpDef:
+    """Add an operator to the registry (and its Relax names to the lift table)."""
     if op.name in OPS:
         raise ValueError(f"operator {op.name} registered twice")
     OPS[op.name] = op
@@ -76,6 +78,7 @@ def register(op: OpDef) -> OpDef:
 
 
 def get_op(name: str) -> OpDef:
+    """The registered operator `name` (a GraphError when there is none)."""
     try:
         return OPS[name]
     except KeyError:
@@ -83,6 +86,7 @@ def get_op(name: str) -> OpDef:
 
 
 def same_dtype(types: Sequence[TensorType], op: str) -> str:
+    """The one dtype of `types` (a GraphError naming `op` when they differ)."""
     dts = {t.dtype for t in types}
     if len(dts) != 1:
         raise GraphError(f"{op}: mixed dtypes {sorted(dts)}")

@@ -2,22 +2,23 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from tvm import relax
 
-from .base import OpDef, broadcast_shapes, register, same_dtype
+from .base import OpDef, Z3Fn, broadcast_shapes, register, same_dtype
 from ..types import TensorType
 
 
-def _binary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
-    def infer(t, a):
+def _binary(name: str, relax_name: str, fn: Callable, relax_fn: Callable, z3: Optional[Z3Fn] = None) -> OpDef:
+    def infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
         return [TensorType(broadcast_shapes(t[0].shape, t[1].shape, name), same_dtype(t, name))]
 
-    def np_fn(x, a):
+    def np_fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         return [fn(x[0], x[1])]
 
-    def lower(bb, args, attrs, in_types):
+    def lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], attrs: dict, in_types: Sequence[TensorType]) -> Any:
         return relax_fn(args[0], args[1])
 
     return register(OpDef(name, 2, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
@@ -25,14 +26,14 @@ def _binary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
                           doc=f"element-wise {name} with NumPy broadcasting"))
 
 
-def _unary(name: str, relax_name: str, fn, relax_fn, z3=None) -> OpDef:
-    def infer(t, a):
+def _unary(name: str, relax_name: str, fn: Callable, relax_fn: Callable, z3: Optional[Z3Fn] = None) -> OpDef:
+    def infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
         return [t[0]]
 
-    def np_fn(x, a):
+    def np_fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         return [np.asarray(fn(x[0])).astype(x[0].dtype, copy=False) if x[0].dtype != object else fn(x[0])]
 
-    def lower(bb, args, attrs, in_types):
+    def lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], attrs: dict, in_types: Sequence[TensorType]) -> Any:
         return relax_fn(args[0])
 
     return register(OpDef(name, 1, infer, np_fn, relax=(relax_name,), lift=lambda call: (list(call.args), {}),
@@ -58,7 +59,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 _Z3_FUNCS: dict = {}
 
 
-def z3_fn(name: str):
+def z3_fn(name: str) -> Any:
     """The uninterpreted function `name`: Real -> Real (one declaration per process)."""
     import z3
 
@@ -68,7 +69,7 @@ def z3_fn(name: str):
     return f
 
 
-def z3_val(v):
+def z3_val(v: Any) -> Any:
     """A z3 Real for a number or a z3 expression."""
     import z3
 
@@ -90,7 +91,7 @@ def z3_map(fn, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def z3_recip(v):
+def z3_recip(v: Any) -> Any:
     """1 / v: exact for a non-zero numeral, else the uninterpreted `recip`."""
     import z3
 
@@ -101,7 +102,7 @@ def z3_recip(v):
     return z3_fn("recip")(v)
 
 
-def _z3_div(x, a):
+def _z3_div(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     a_, b_ = np.broadcast_arrays(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object))
     out = np.empty(a_.shape, dtype=object)
     for i in np.ndindex(a_.shape):
@@ -109,18 +110,18 @@ def _z3_div(x, a):
     return [out]
 
 
-def _z3_relu(v):
+def _z3_relu(v: Any) -> Any:
     import z3
 
     v = z3_val(v)
     return z3.If(v > 0, v, z3.RealVal(0))
 
 
-def _z3_unary(fn):
+def _z3_unary(fn: Callable[[Any], Any]) -> Z3Fn:
     return lambda x, a: [z3_map(fn, x[0])]
 
 
-def _z3_uf(name):
+def _z3_uf(name: str) -> Z3Fn:
     return lambda x, a: [z3_map(lambda v: z3_fn(name)(z3_val(v)), x[0])]
 
 
@@ -139,10 +140,9 @@ SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))
 NEG = _unary("neg", "relax.negative", np.negative, R.negative, z3=_z3_unary(lambda v: -z3_val(v)))
 
 ACTIVATIONS = {"none": None, "relu": RELU, "sigmoid": SIGMOID, "tanh": TANH}
-ACTIVATION_DOMAIN = tuple(ACTIVATIONS)  # values the rule verifier tries for a free fused activation
 
 
-def apply_activation(name: str, x):
+def apply_activation(name: str, x: np.ndarray) -> np.ndarray:
     """Apply a fused activation (TASO's ActiMode) in NumPy."""
     op = ACTIVATIONS[name]
     return x if op is None else op.numpy([x], {})[0]
@@ -154,7 +154,7 @@ def z3_activation(name: str, x: np.ndarray) -> np.ndarray:
     return x if op is None else op.z3([x], {})[0]
 
 
-def lower_activation(name: str, expr):
+def lower_activation(name: str, expr: relax.Expr) -> relax.Expr:
     op = ACTIVATIONS[name]
     return expr if op is None else op.lower(None, [expr], {}, [])
 

@@ -1,15 +1,17 @@
 """Matrix multiplication with NumPy's batched/broadcast semantics and TASO's fused activation."""
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import numpy as np
 from tvm import relax
 
 from .base import OpDef, broadcast_shapes, register, same_dtype
-from .elementwise import ACTIVATION_DOMAIN, apply_activation, check_activation, lower_activation, z3_activation
+from .elementwise import apply_activation, check_activation, lower_activation, z3_activation
 from ..types import GraphError, TensorType
 
 
-def _matmul_infer(t, a):
+def _matmul_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     x, y = t[0].shape, t[1].shape
     if not x or not y:
         raise GraphError("matmul: scalar operand")
@@ -26,17 +28,17 @@ def _matmul_infer(t, a):
     return [TensorType(out, same_dtype(t, "matmul"))]
 
 
-def _matmul_np(x, a):
+def _matmul_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     return [apply_activation(a["activation"], np.matmul(x[0], x[1]))]
 
 
-def _matmul_z3(x, a):
+def _matmul_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     y = np.matmul(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object))
     return [z3_activation(a["activation"], np.asarray(y, dtype=object) if isinstance(y, np.ndarray) else
                           np.array(y, dtype=object))]
 
 
-def _matmul_lift(call):
+def _matmul_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     od = call.attrs.out_dtype
     if od is not None and str(od) not in ("", "void"):
         return None
@@ -48,5 +50,5 @@ MATMUL = register(OpDef(
     normalize=lambda a, t: {"activation": check_activation(a["activation"], "matmul")},
     relax=("relax.matmul",), lift=_matmul_lift,
     lower=lambda bb, args, a, t: lower_activation(a["activation"], relax.op.matmul(args[0], args[1])),
-    z3=_matmul_z3, domains={"activation": ACTIVATION_DOMAIN},
+    z3=_matmul_z3,
     doc="matrix product (NumPy semantics) with fused activation"))

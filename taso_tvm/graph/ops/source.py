@@ -1,14 +1,19 @@
 """Operators without computation: graph inputs, weights/constants, and opaque Relax calls."""
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
+
 from .base import OpDef, register
+from ..types import TensorType
 
 
-def _no_infer(in_types, attrs):
+def _no_infer(in_types: Sequence[TensorType], attrs: dict) -> list[TensorType]:
     raise TypeError("source nodes carry their type")
 
 
-def _no_numpy(inputs, attrs):
+def _no_numpy(inputs: Sequence[np.ndarray], attrs: dict) -> list[np.ndarray]:
     raise TypeError("source nodes carry their value")
 
 

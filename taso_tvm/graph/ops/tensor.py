@@ -1,6 +1,8 @@
 """Data-movement operators: concat, split, transpose, reshape."""
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
 import numpy as np
 from tvm import relax
 
@@ -11,7 +13,7 @@ from ..types import GraphError, TensorType, normalize_axis
 R = relax.op
 
 
-def _concat_infer(t, a):
+def _concat_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     nd = t[0].ndim
     ax = normalize_axis(a["axis"], nd)
     total = 0
@@ -26,7 +28,7 @@ def _concat_infer(t, a):
     return [TensorType(tuple(shape), same_dtype(t, "concat"))]
 
 
-def _concat_lift(call):
+def _concat_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     tup = call.args[0]
     if not isinstance(tup, relax.Tuple) or call.attrs.axis is None:
         return None
@@ -36,12 +38,12 @@ def _concat_lift(call):
 CONCAT = register(OpDef("concat", None, _concat_infer,
                         lambda x, a: [np.concatenate(list(x), axis=a["axis"])], attrs={"axis": None},
                         relax=("relax.concat",), lift=_concat_lift,
-                        lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]), domains={"axis": "axis"},
+                        lower=lambda bb, args, a, t: R.concat(list(args), axis=a["axis"]),
                         z3=lambda x, a: [np.concatenate([np.asarray(v, dtype=object) for v in x], axis=a["axis"])],
                         doc="concatenate along an axis"))
 
 
-def _split_norm(a, t):
+def _split_norm(a: dict, t: Sequence[TensorType]) -> dict:
     ax = normalize_axis(a["axis"], t[0].ndim)
     n = t[0].shape[ax]
     sizes = a["sizes"]
@@ -54,7 +56,7 @@ def _split_norm(a, t):
     return {"axis": a["axis"], "sizes": tuple(int(s) for s in sizes)}
 
 
-def _split_infer(t, a):
+def _split_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     ax = normalize_axis(a["axis"], t[0].ndim)
     out = []
     for s in a["sizes"]:
@@ -64,12 +66,12 @@ def _split_infer(t, a):
     return out
 
 
-def _split_np(x, a):
+def _split_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     idx = np.cumsum(a["sizes"])[:-1]
     return [np.ascontiguousarray(p) for p in np.split(x[0], idx, axis=a["axis"])]
 
 
-def _split_lift(call):
+def _split_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     ios = call.attrs.indices_or_sections
     ty = call.args[0].ty
     try:
@@ -84,18 +86,18 @@ def _split_lift(call):
     return list(call.args), {"axis": int(call.attrs.axis), "sizes": sizes}
 
 
-def _split_lower(bb, args, a, t):
+def _split_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, t: Sequence[TensorType]) -> Any:
     idx = [int(i) for i in np.cumsum(a["sizes"])[:-1]]
     tup = bb.emit(R.split(args[0], idx, axis=a["axis"]))
     return [relax.TupleGetItem(tup, i) for i in range(len(a["sizes"]))]
 
 
 SPLIT = register(OpDef("split", 1, _split_infer, _split_np, attrs={"axis": None, "sizes": None},
-                       normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower, z3=_split_np,
-                       domains={"axis": "axis", "sizes": "partition"}, doc="split along an axis into pieces of the given sizes (several outputs)"))
+                       normalize=_split_norm, relax=("relax.split",), lift=_split_lift, lower=_split_lower,
+                       z3=_split_np, doc="split along an axis into pieces of the given sizes (several outputs)"))
 
 
-def _transpose_norm(a, t):
+def _transpose_norm(a: dict, t: Sequence[TensorType]) -> dict:
     nd = t[0].ndim
     perm = a["perm"]
     perm = tuple(reversed(range(nd))) if perm is None or perm == () else tuple(normalize_axis(p, nd) for p in perm)
@@ -109,11 +111,11 @@ TRANSPOSE = register(OpDef(
     lambda x, a: [np.transpose(x[0], a["perm"])], attrs={"perm": ()}, normalize=_transpose_norm,
     relax=("relax.permute_dims",), lift=lambda c: (list(c.args), {"perm": ints(c.attrs.axes)}),
     z3=lambda x, a: [np.transpose(np.asarray(x[0], dtype=object), a["perm"])],
-    lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])), domains={"perm": "perm"},
+    lower=lambda bb, args, a, t: R.permute_dims(args[0], list(a["perm"])),
     doc="permute dimensions"))
 
 
-def _reshape_norm(a, t):
+def _reshape_norm(a: dict, t: Sequence[TensorType]) -> dict:
     shape = list(a["shape"])
     if not t[0].is_static:
         raise GraphError("reshape: symbolic input shape")
@@ -130,7 +132,7 @@ def _reshape_norm(a, t):
     return {"shape": tuple(int(s) for s in shape)}
 
 
-def _reshape_lift(call):
+def _reshape_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     shape = call.args[1]
     if not isinstance(shape, relax.ShapeExpr):
         return None
@@ -144,5 +146,5 @@ RESHAPE = register(OpDef(
     "reshape", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)], lambda x, a: [np.reshape(x[0], a["shape"])],
     attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape",), lift=_reshape_lift,
     z3=lambda x, a: [np.reshape(np.asarray(x[0], dtype=object), a["shape"])],
-    lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])), domains={"shape": "reshape"},
+    lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])),
     doc="reshape (static)"))

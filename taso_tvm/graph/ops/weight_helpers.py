@@ -1,6 +1,8 @@
 """TASO's helper operators that rules apply to weights: enlarge a kernel, merge grouped-conv weights."""
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 from tvm import relax
 
@@ -10,7 +12,7 @@ from ..types import GraphError, TensorType
 R = relax.op
 
 
-def _enlarge_infer(t, a):
+def _enlarge_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     w = t[0]
     if w.ndim != 4:
         raise GraphError(f"enlarge: expects an OIHW kernel, got {w}")
@@ -21,7 +23,7 @@ def _enlarge_infer(t, a):
     return [TensorType((w.shape[0], w.shape[1], kh, kw), w.dtype)]
 
 
-def _enlarge_pads(shape, a):
+def _enlarge_pads(shape: Sequence[int], a: dict) -> tuple:
     dh, dw = (a["kernel"][0] - shape[2]) // 2, (a["kernel"][1] - shape[3]) // 2
     return ((0, 0), (0, 0), (dh, dh), (dw, dw))
 
@@ -32,10 +34,10 @@ ENLARGE = register(OpDef(
     z3=lambda x, a: [np.pad(np.asarray(x[0], dtype=object), _enlarge_pads(np.shape(x[0]), a), constant_values=0)],
     normalize=lambda a, t: {"kernel": tuple(int(k) for k in a["kernel"])},
     lower=lambda bb, args, a, t: R.nn.pad(args[0], [p for pair in _enlarge_pads(t[0].shape, a) for p in pair]),
-    domains={"kernel": ((3, 3), (5, 5), (3, 5))}, doc="zero-pad a conv kernel (OIHW) to a larger centred size"))
+    doc="zero-pad a conv kernel (OIHW) to a larger centred size"))
 
 
-def _merge_infer(t, a):
+def _merge_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
     w = t[0]
     c, g = a["count"], a["groups"]
     if w.ndim != 4 or c < 1 or g % c or w.shape[0] % g:
@@ -50,14 +52,14 @@ def _merge_mask(o: int, groups: int, count: int, dtype) -> np.ndarray:
     return mask
 
 
-def _merge_np(x, a):
+def _merge_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     w = x[0]
     o, cg, kh, kw = w.shape
     mask = _merge_mask(o, a["groups"], a["count"], w.dtype if w.dtype != object else np.int64)
     return [(w[:, None] * mask).reshape(o, a["count"] * cg, kh, kw)]
 
 
-def _merge_lower(bb, args, a, t):
+def _merge_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, t: Sequence[TensorType]) -> Any:
     o, cg, kh, kw = t[0].shape
     mask = relax.const(_merge_mask(o, a["groups"], a["count"], t[0].dtype), t[0].dtype)
     y = R.multiply(R.reshape(args[0], [o, 1, cg, kh, kw]), mask)
@@ -68,6 +70,5 @@ MERGE_GCONV = register(OpDef(
     "merge_gconv", 1, _merge_infer, _merge_np, attrs={"count": None, "groups": None},
     normalize=lambda a, t: {"count": int(a["count"]), "groups": int(a["groups"])}, lower=_merge_lower,
     z3=lambda x, a: _merge_np([np.asarray(x[0], dtype=object)], a),
-    domains={"count": (1, 2, 4), "groups": (1, 2, 4)},
     doc="weights of a grouped conv (groups=G) rewritten for G/count groups: each group's kernel placed "
         "block-diagonally among count neighbours, zeros elsewhere"))

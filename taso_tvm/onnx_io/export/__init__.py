@@ -9,7 +9,7 @@ constants as initializers, keeps input/output names, element types and symbolic 
 * Opset: by default the lowest opset (>= 13) that expresses the graph; ``opset=N`` writes a
   model valid at exactly N (axes/split attributes vs inputs, Resize-11's required inputs,
   attributes that appeared later, ...) or raises :class:`ExportError` naming the operator
-  that has no form at N (``python -m taso_tvm.onnx_io.export.opset_sweep`` checks the node
+  that has no form at N (the repository's ``tests/onnx_opset_sweep.py`` checks the ONNX node
   suite at any list of opsets).
 * Outputs: a tensor returned twice, a returned graph input and a returned constant each get
   an ``Identity`` so every graph output is produced by a node under its own name.
@@ -20,8 +20,7 @@ constants as initializers, keeps input/output names, element types and symbolic 
 """
 from .context import ExportError
 from .exporter import export_relax
-from . import converters as _converters  # noqa: F401  (registers the converters)
-from .exporter import CONVERTERS
+from .registry import CONVERTERS
 from .opset import DEFAULT_MIN_OPSET
 
 __all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET"]

@@ -123,7 +123,9 @@ def is_tir_var(e) -> bool:
     return tvm.ir.is_prim_var(e)
 
 
-def tensor_type(expr_or_ty):
+def _relax_tensor_type(expr_or_ty: Any) -> Optional[relax.TensorType]:
+    """The Relax TensorType of an expression or type, or None (not the graph's TensorType: see
+    graph.ops.relax_util.tensor_type)."""
     ty = getattr(expr_or_ty, "ty", expr_or_ty)
     return ty if isinstance(ty, relax.TensorType) else None
 
@@ -131,7 +133,7 @@ def tensor_type(expr_or_ty):
 def type_dims(ty) -> Optional[list]:
     """Dims of a TensorType as a list of int / PrimExpr, or None when the rank is unknown
     or the shape is not a ShapeExpr."""
-    ty = tensor_type(ty)
+    ty = _relax_tensor_type(ty)
     if ty is None:
         return None
     shape = ty.shape
@@ -149,14 +151,14 @@ def static_dims(ty) -> Optional[List[int]]:
 
 
 def rank_of(expr_or_ty) -> int:
-    ty = tensor_type(expr_or_ty)
+    ty = _relax_tensor_type(expr_or_ty)
     if ty is None:
         return -1
     return int(ty.ndim)
 
 
 def dtype_of(expr_or_ty) -> str:
-    ty = tensor_type(expr_or_ty)
+    ty = _relax_tensor_type(expr_or_ty)
     return str(ty.dtype) if ty is not None else ""
 
 
@@ -507,7 +509,7 @@ class EmitContext:
         key = const.__chandle__()
         if key in self._obj_const_cache:
             return self._obj_const_cache[key]
-        dtype = str(const.ty.dtype) if tensor_type(const) is not None else str(const.value.dtype)
+        dtype = str(const.ty.dtype) if _relax_tensor_type(const) is not None else str(const.value.dtype)
         elem = onnx_dtype(dtype)
         arr = tensor_to_numpy(const.value)
         nm = self.const(arr, elem)

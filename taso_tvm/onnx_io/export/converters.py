@@ -1,4 +1,4 @@
-"""Imports every converter module so that ``exporter.CONVERTERS`` is complete.
+"""Imports every converter module so that ``registry.CONVERTERS`` is complete.
 
 The table maps Relax operator names to converter functions
 ``convert(ctx, call, attrs, args) -> ONNX value``; see the ``converters_*`` modules:
@@ -18,4 +18,3 @@ from . import (  # noqa: F401
     converters_shape,
     converters_tir,
 )
-from .exporter import CONVERTERS  # noqa: F401

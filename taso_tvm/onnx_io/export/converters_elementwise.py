@@ -7,7 +7,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .context import FLOAT_TYPES, ONNX_TO_NP, SIGNED_TO_UNSIGNED, onnx_dtype, prim_to_py
-from .exporter import register
+from .registry import register
 
 # ----------------------------------------------------------------------------- unary
 _UNARY = {

@@ -8,7 +8,7 @@ from tvm import relax
 
 from .context import SinceAttr, onnx_dtype, prim_to_py, rank_of
 from .converters_nn import layout_transpose
-from .exporter import register
+from .registry import register
 
 
 # ----------------------------------------------------------------------------- quantization

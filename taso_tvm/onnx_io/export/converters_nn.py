@@ -16,7 +16,7 @@ from .context import (
     static_dims,
     type_dims,
 )
-from .exporter import register
+from .registry import register
 
 _CONV = {
     "relax.nn.conv1d": (1, False),

@@ -5,7 +5,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .context import FLOAT_TYPES, onnx_dtype, rank_of
-from .exporter import register
+from .registry import register
 
 _REDUCE = {
     "relax.sum": "ReduceSum",

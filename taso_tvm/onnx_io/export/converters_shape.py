@@ -17,7 +17,7 @@ from .context import (
     static_dims,
     type_dims,
 )
-from .exporter import register
+from .registry import register
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min

@@ -20,8 +20,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .context import onnx_dtype, prim_dtype, prim_to_py, static_dims, type_dims
-from .exporter import register
+from .context import onnx_dtype, prim_dtype, prim_to_py, type_dims
+from .registry import register
 from .tir_index import axis_map, match_pad_axis, proves_identity
 
 # ----------------------------------------------------------------------------- TIR walking

@@ -1,12 +1,12 @@
 """Relax -> ONNX exporter driver.
 
-Walks a Relax function binding by binding, dispatches every ``relax.Call`` to the
-converter registered for its operator name (see ``converters_*.py``), tracks symbolic
-dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
+Walks a Relax function binding by binding, dispatches every ``relax.Call`` to the converter
+registered for its operator name (``registry.CONVERTERS``, filled by the ``converters_*``
+modules), tracks symbolic dimensions, assembles the ``onnx.ModelProto`` and picks the opset.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import onnx
 from onnx import TensorProto, helper
@@ -14,28 +14,21 @@ from onnx import TensorProto, helper
 import tvm
 from tvm import relax
 
+from ...errors import one_line
+from . import converters as _converters  # noqa: F401  (fills CONVERTERS)
 from . import opset as _opset
 from .context import (
     AttrView,
     EmitContext,
     ExportError,
+    fill_tensor_proto,
     is_prim,
     is_tir_var,
     onnx_dtype,
     prim_dtype,
+    tensor_to_numpy,
 )
-
-# Relax op name -> converter(ctx, call, attrs, args) -> ONNX value (str or list of values)
-CONVERTERS: Dict[str, Any] = {}
-
-
-def register(*names):
-    def deco(fn):
-        for n in names:
-            CONVERTERS[n] = fn
-        return fn
-
-    return deco
+from .registry import CONVERTERS
 
 
 # --------------------------------------------------------------------------------------
@@ -136,7 +129,7 @@ class _Args:
             self._cache[i] = self._exp.eval_expr(self._raw[i], self._env)
         return self._cache[i]
 
-    def raw(self, i):
+    def raw(self, i: int) -> Any:
         return self._raw[i]
 
 
@@ -154,12 +147,12 @@ class RelaxExporter:
         self._inline_depth = 0
         self.env: Dict[Any, Any] = {}
 
-    def value_of(self, expr):
+    def value_of(self, expr: Any) -> Any:
         """ONNX value of a Relax expression in the scope being converted."""
         return self.eval_expr(expr, self.env)
 
     # ------------------------------------------------------------------ symbolic dims
-    def define_tir(self, tv, kind, onnx_name, index):
+    def define_tir(self, tv: Any, kind: str, onnx_name: str, index: int) -> None:
         if tv not in self.tir_env:
             self.tir_env[tv] = (kind, onnx_name, index)
 
@@ -180,7 +173,7 @@ class RelaxExporter:
         return out
 
     # ------------------------------------------------------------------ expressions
-    def eval_expr(self, e, env):
+    def eval_expr(self, e: Any, env: Dict[Any, Any]) -> Any:
         ctx = self.ctx
         if isinstance(e, relax.Var) and not is_tir_var(e):
             if e in env:
@@ -210,7 +203,7 @@ class RelaxExporter:
         ctx.fail(f"unsupported expression {type(e).__name__}")
 
     # ------------------------------------------------------------------ calls
-    def convert_call(self, call, env, var):
+    def convert_call(self, call: relax.Call, env: Dict[Any, Any], var: Optional[relax.Var]) -> Any:
         ctx = self.ctx
         op = call.op
         if isinstance(op, tvm.ir.Op):
@@ -235,7 +228,7 @@ class RelaxExporter:
             except ExportError:
                 raise
             except Exception as e:  # converter bug / unexpected IR -> still one clear line
-                raise ctx.error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+                raise ctx.error(f"{type(e).__name__}: {one_line(e)}") from e
             left = attrs.unused()
             if left:
                 ctx.fail(f"attribute(s) {', '.join(left)} not handled by the converter")
@@ -274,7 +267,8 @@ class RelaxExporter:
             return ctx.shape_of(self.eval_expr(args[0], env))
         ctx.fail("no ONNX mapping for this packed function")
 
-    def inline(self, func: relax.Function, values, outer_env=None):
+    def inline(self, func: relax.Function, values: Sequence[Any],
+               outer_env: Optional[Dict[Any, Any]] = None) -> Any:
         if self._inline_depth > 32:
             self.ctx.fail("function calls nested too deeply")
         self._inline_depth += 1
@@ -294,7 +288,7 @@ class RelaxExporter:
         return res
 
     # ------------------------------------------------------------------ functions
-    def bind_params(self, func, values, env):
+    def bind_params(self, func: relax.Function, values: Sequence[Any], env: Dict[Any, Any]) -> None:
         for p, val in zip(func.params, values):
             env[p] = val
             ty = p.ty
@@ -305,11 +299,11 @@ class RelaxExporter:
                     else:
                         self.define_tir(tv, "elem", val, i)
 
-    def convert_function_body(self, func, values, env):
+    def convert_function_body(self, func: relax.Function, values: Sequence[Any], env: Dict[Any, Any]) -> Any:
         self.bind_params(func, values, env)
         return self.convert_seq(func.body, env)
 
-    def convert_seq(self, seq, env):
+    def convert_seq(self, seq: Any, env: Dict[Any, Any]) -> Any:
         if not isinstance(seq, relax.SeqExpr):
             return self.eval_expr(seq, env)
         bindings = [b for blk in seq.blocks for b in blk.bindings]
@@ -351,7 +345,7 @@ class RelaxExporter:
             live_tir.update(tl)
         return live
 
-    def convert_binding(self, b, env):
+    def convert_binding(self, b: relax.Binding, env: Dict[Any, Any]) -> None:
         ctx = self.ctx
         self.env = env
         var = b.var
@@ -378,7 +372,7 @@ class RelaxExporter:
             res = self.eval_expr(value, env)
         env[var] = res
 
-    def convert_if(self, node, env, var):
+    def convert_if(self, node: relax.If, env: Dict[Any, Any], var: relax.Var) -> Any:
         """relax.If -> ONNX If with one subgraph per branch."""
         ctx = self.ctx
         cond = self.eval_expr(node.cond, env)
@@ -432,7 +426,7 @@ class RelaxExporter:
             return False
         return self.use_count.get(var, 0) == 1
 
-    def single_use_call(self, expr, op_name=None):
+    def single_use_call(self, expr: Any, op_name: Optional[str] = None) -> Optional[relax.Call]:
         """The call bound to ``expr`` if it is a single-use var (and calls ``op_name``)."""
         pc = self.producer_call(expr)
         if pc is None or not self.is_single_use(expr):
@@ -441,7 +435,7 @@ class RelaxExporter:
             return None
         return pc
 
-    def producer_call(self, var):
+    def producer_call(self, var: Any) -> Optional[relax.Call]:
         """The Relax call bound to ``var`` (or None)."""
         if not isinstance(var, relax.Var) or is_tir_var(var):
             return None
@@ -518,9 +512,10 @@ def _get_main(obj):
     raise ExportError(f"cannot export object of type {type(obj).__name__}: expected IRModule or relax.Function")
 
 
-def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional[Sequence[str]] = None,
-                 output_names: Optional[Sequence[str]] = None, model_name: str = "main",
-                 name_prefix: str = "", origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
+def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Optional[int] = None,
+                 input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
+                 model_name: str = "main", name_prefix: str = "",
+                 origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
@@ -549,8 +544,7 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ExportError(f"cannot export model: internal error {type(e).__name__}: {first}") from e
+        raise ExportError(f"cannot export model: internal error {type(e).__name__}: {one_line(e)}") from e
     if name_prefix:
         keep = {v.name for v in model.graph.input} | {v.name for v in model.graph.output}
         apply_name_prefix(model.graph, name_prefix, keep)
@@ -558,15 +552,38 @@ def export_relax(mod_or_func, opset: Optional[int] = None, input_names: Optional
 
 
 def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None) -> onnx.ModelProto:
-    from . import converters  # noqa: F401  (fills CONVERTERS)
-
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
     ctx.target_opset = opset
     ctx.origins = dict(origins or {})
 
-    # ----- inputs (and weights kept as params)
+    graph_inputs, values, num_input, init_from_params = _bind_inputs(ctx, func, input_names)
+    input_names_set = set(values[:num_input])
+    ret_leaves = _flatten_types(func.body.ty if func.body.ty is not None else func.ret_ty)
+    out_names = _reserve_output_names(ctx, output_names, len(ret_leaves), input_names_set)
+
+    env: Dict[Any, Any] = {}
+    result = exp.convert_function_body(func, values, env)
+    leaves = _flatten_values(result)
+    if len(leaves) != len(ret_leaves):
+        raise ExportError(f"cannot export: function returns {len(leaves)} tensors but its type has "
+                          f"{len(ret_leaves)}")
+    graph_outputs = _bind_outputs(ctx, leaves, out_names, ret_leaves, input_names_set)
+
+    alive, needed = _live_nodes(ctx, out_names)
+    inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
+    v = _opset.choose_opset(alive, opset, ctx.origins)
+    node_protos = _opset.render(alive, v, inits, ctx.types)
+    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits)
+
+
+def _bind_inputs(ctx, func, input_names):
+    """Name the function's parameters: graph inputs (value infos, element types), or initializers for the
+    weights the importer kept as parameters (``num_input`` / ``params`` attributes).
+
+    Returns the graph inputs' value infos, every parameter's ONNX name, the number of graph inputs and the
+    names of the initializers made from parameters."""
     params = list(func.params)
     num_input = len(params)
     weights = None
@@ -587,8 +604,6 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
             name = ctx.fresh(name)
         ty = p.ty
         if i >= num_input and weights is not None and i - num_input < len(weights):
-            from .context import tensor_to_numpy
-
             arr = tensor_to_numpy(weights[i - num_input])
             elem = onnx_dtype(ty.dtype)
             ctx.add_initializer(name, arr, elem)
@@ -599,35 +614,29 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
             graph_inputs.append(_value_info(name, ty))
             ctx.types[name] = onnx_dtype(ty.dtype)
         values.append(name)
+    return graph_inputs, values, num_input, init_from_params
 
-    # ----- output names, reserved up front
-    ret_leaves = _flatten_types(func.body.ty if func.body.ty is not None else func.ret_ty)
-    n_out = len(ret_leaves)
+
+def _reserve_output_names(ctx, output_names, n_out: int, input_names: set) -> list:
+    """The graph output names (given, or ``output`` / ``output_<i>``), reserved before the body is converted."""
     if output_names is not None:
         out_names = list(output_names)
         if len(out_names) != n_out:
             raise ExportError(f"cannot export: {len(out_names)} output_names given for {n_out} outputs")
     else:
         out_names = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
-    input_names_set = set(values[:num_input])
     if len(set(out_names)) != len(out_names):
         raise ExportError(f"cannot export: output names {out_names} are not distinct")
     for n in out_names:
-        # an output may keep an input's name only when it returns that very input (checked below)
-        if n not in input_names_set and not ctx.reserve(n):
+        # an output may keep an input's name only when it returns that very input (checked by _bind_outputs)
+        if n not in input_names and not ctx.reserve(n):
             raise ExportError(f"cannot export: output name '{n}' collides with another tensor name")
+    return out_names
 
-    # ----- body
-    env: Dict[Any, Any] = {}
-    result = exp.convert_function_body(func, values, env)
-    leaves = _flatten_values(result)
-    if len(leaves) != n_out:
-        raise ExportError(f"cannot export: function returns {len(leaves)} tensors but its type has {n_out}")
 
-    # ----- outputs
-    graph_outputs = _bind_outputs(ctx, leaves, out_names, ret_leaves, input_names_set)
-
-    # ----- dead code elimination
+def _live_nodes(ctx, out_names):
+    """Dead-code elimination: the nodes the outputs need, in order and named ``<binding>_<op>_<i>``, and the
+    set of tensor names they read."""
     needed = set(out_names)
     alive = []
     for n in reversed(ctx.nodes):
@@ -639,16 +648,14 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
     alive.reverse()
     for i, n in enumerate(alive):
         n.name = f"{n.binding}_{n.op_type}_{i}" if n.binding else f"{n.op_type}_{i}"
-    inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
+    return alive, needed
 
-    # ----- opset
-    v = _opset.choose_opset(alive, opset, ctx.origins)
-    node_protos = _opset.render(alive, v, inits, ctx.types)
-    # build the ModelProto in place: large initializers are copied exactly once
-    from .context import fill_tensor_proto
 
+def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs, graph_outputs,
+                    inits) -> onnx.ModelProto:
+    """The ModelProto, built in place so that large initializers are copied exactly once."""
     model = onnx.ModelProto()
-    opsets = [helper.make_opsetid("", v)]
+    opsets = [helper.make_opsetid("", opset)]
     model.opset_import.extend(opsets)
     model.producer_name = "taso_tvm"
     model.producer_version = "0.1"

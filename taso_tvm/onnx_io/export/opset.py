@@ -208,62 +208,75 @@ def _explain(n: NodeSpec, v: int, origins: Optional[dict] = None) -> str:
 
 def render(nodes: List[NodeSpec], v: int, initializers: dict, types: dict) -> List[onnx.NodeProto]:
     """NodeSpecs -> NodeProtos for opset ``v`` (flex axes become attributes or inputs)."""
-    out = []
-    flex_cache: Dict[tuple, str] = {}
-    used_names = set(types) | set(initializers)
-    for i, n in enumerate(nodes):
-        inputs = list(n.inputs)
-        attrs = dict(n.attrs)
-        if n.flex:
-            s = schema_at(n.op_type, v, n.domain)
-            for k, vals in n.flex.items():
-                if k in s.attributes:
-                    attrs[k] = [int(x) for x in vals]
-                else:
-                    idx = _flex_input_index(s, k)
-                    key = tuple(int(x) for x in vals)
-                    if key not in flex_cache:
-                        base = f"{k}_{'_'.join(str(x).replace('-', 'm') for x in key)}" if len(key) <= 6 else k
-                        nm = base
-                        j = 0
-                        while nm in used_names:
-                            j += 1
-                            nm = f"{base}__{j}"
-                        used_names.add(nm)
-                        initializers[nm] = (np.asarray(key, dtype=np.int64), TensorProto.INT64)
-                        types[nm] = TensorProto.INT64
-                        flex_cache[key] = nm
-                    while len(inputs) < idx:
-                        inputs.append("")
-                    if len(inputs) == idx:
-                        inputs.append(flex_cache[key])
-                    else:
-                        inputs[idx] = flex_cache[key]
-        for idx, (arr, elem) in n.fill.items():
-            s = schema_at(n.op_type, v, n.domain)
-            if idx < len(inputs) and inputs[idx] == "" and idx < len(s.inputs) \
-                    and s.inputs[idx].option == onnx.defs.OpSchema.FormalParameterOption.Single:
-                key = ("fill", elem, tuple(np.shape(arr)), np.asarray(arr).tobytes())
-                if key not in flex_cache:
-                    nm, j = f"{n.op_type.lower()}_in{idx}_empty", 0
-                    while nm in used_names:
-                        j += 1
-                        nm = f"{n.op_type.lower()}_in{idx}_empty__{j}"
-                    used_names.add(nm)
-                    initializers[nm] = (np.asarray(arr), elem)
-                    types[nm] = elem
-                    flex_cache[key] = nm
-                inputs[idx] = flex_cache[key]
-        attrs = {k: (val.value if isinstance(val, SinceAttr) else val) for k, val in attrs.items()
-                 if not (isinstance(val, SinceAttr) and v < val.since)}
-        attrs = {k: (val(v) if callable(val) else val) for k, val in attrs.items()}
-        for k, (sub, outs, gname) in n.subgraphs.items():
-            sub_nodes = render(sub, v, initializers, types)
-            attrs[k] = helper.make_graph(sub_nodes, gname, [], outs)
-        # drop trailing empty optional inputs
-        while inputs and inputs[-1] == "":
-            inputs.pop()
-        node = helper.make_node(n.op_type, inputs, list(n.outputs), name=n.name or None,
-                                domain=n.domain or None, **attrs)
-        out.append(node)
-    return out
+    consts = _ConstantInputs(initializers, types)
+    return [_render_node(n, v, consts) for n in nodes]
+
+
+class _ConstantInputs:
+    """The initializers rendering adds (flex axes given as inputs, filled empty inputs): one per distinct
+    value, under a name no other tensor has."""
+
+    def __init__(self, initializers: dict, types: dict) -> None:
+        self.initializers, self.types = initializers, types
+        self.by_key: Dict[tuple, str] = {}
+        self.used_names = set(types) | set(initializers)
+
+    def name(self, key: tuple, base: str, arr: np.ndarray, elem: int) -> str:
+        if key not in self.by_key:
+            nm, j = base, 0
+            while nm in self.used_names:
+                j += 1
+                nm = f"{base}__{j}"
+            self.used_names.add(nm)
+            self.initializers[nm] = (arr, elem)
+            self.types[nm] = elem
+            self.by_key[key] = nm
+        return self.by_key[key]
+
+
+def _render_node(n: NodeSpec, v: int, consts: _ConstantInputs) -> onnx.NodeProto:
+    inputs = list(n.inputs)
+    attrs = dict(n.attrs)
+    if n.flex:
+        _place_flex(n, v, inputs, attrs, consts)
+    _fill_empty_inputs(n, v, inputs, consts)
+    attrs = {k: (val.value if isinstance(val, SinceAttr) else val) for k, val in attrs.items()
+             if not (isinstance(val, SinceAttr) and v < val.since)}
+    attrs = {k: (val(v) if callable(val) else val) for k, val in attrs.items()}
+    for k, (sub, outs, gname) in n.subgraphs.items():
+        sub_nodes = render(sub, v, consts.initializers, consts.types)
+        attrs[k] = helper.make_graph(sub_nodes, gname, [], outs)
+    # drop trailing empty optional inputs
+    while inputs and inputs[-1] == "":
+        inputs.pop()
+    return helper.make_node(n.op_type, inputs, list(n.outputs), name=n.name or None, domain=n.domain or None,
+                            **attrs)
+
+
+def _place_flex(n: NodeSpec, v: int, inputs: list, attrs: dict, consts: _ConstantInputs) -> None:
+    """Each flex value (axes, split sizes, ...) as the attribute or the int64 input the schema at ``v`` has."""
+    s = schema_at(n.op_type, v, n.domain)
+    for k, vals in n.flex.items():
+        if k in s.attributes:
+            attrs[k] = [int(x) for x in vals]
+            continue
+        idx = _flex_input_index(s, k)
+        key = tuple(int(x) for x in vals)
+        base = f"{k}_{'_'.join(str(x).replace('-', 'm') for x in key)}" if len(key) <= 6 else k
+        nm = consts.name(key, base, np.asarray(key, dtype=np.int64), TensorProto.INT64)
+        while len(inputs) < idx:
+            inputs.append("")
+        if len(inputs) == idx:
+            inputs.append(nm)
+        else:
+            inputs[idx] = nm
+
+
+def _fill_empty_inputs(n: NodeSpec, v: int, inputs: list, consts: _ConstantInputs) -> None:
+    """Give an omitted input the node's fill value where the schema at ``v`` makes that input required."""
+    for idx, (arr, elem) in n.fill.items():
+        s = schema_at(n.op_type, v, n.domain)
+        if idx < len(inputs) and inputs[idx] == "" and idx < len(s.inputs) \
+                and s.inputs[idx].option == onnx.defs.OpSchema.FormalParameterOption.Single:
+            key = ("fill", elem, tuple(np.shape(arr)), np.asarray(arr).tobytes())
+            inputs[idx] = consts.name(key, f"{n.op_type.lower()}_in{idx}_empty", np.asarray(arr), elem)

@@ -8,8 +8,8 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from ..errors import TasoError, is_interrupt, one_line
-from .config import load_cost_config
+from .cost.config import load_cost_config
+from .errors import TasoError, is_interrupt, one_line
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,8 +28,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _graphs(path: str) -> list:
-    from ..onnx_io import load_onnx
-    from ..relay_pass.lift import lift_function
+    from .onnx_io import load_onnx
+    from .relay_pass.lift import lift_function
 
     mod = load_onnx(path)
     return [b.graph for b in lift_function(mod["main"])]
@@ -52,7 +52,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         argv = argv[1:]
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    from .model import CostModel
+    from .cost.model import CostModel
 
     try:
         cfg = load_cost_config(args.config, backend=args.backend, target=args.target, rpc=args.rpc,

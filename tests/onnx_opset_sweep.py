@@ -1,23 +1,25 @@
 """Export the ONNX node suite at requested opsets (``export_relax(mod, opset=N)``).
 
-Every case that round-trips at the exporter's own opset (see :mod:`.suite`) is exported
+Every case that round-trips at the exporter's own opset (see ``onnx_node_suite.py``) is exported
 again at each requested opset.  The result per opset is one of: *ok* (the model declares
 exactly that opset, passes ``check_model(full_check=True)`` and ONNX Runtime reproduces the
 case's expected outputs), *refused* (a one-line :class:`ExportError` naming the op that has
 no form at that opset), or *bad* (anything else: an invalid model, wrong numbers, another
 exception), which is a bug.
 
-``python -m taso_tvm.onnx_io.export.opset_sweep 11,13,17,18 [-k substr] [-v]``
+Test code (the slow opset test in ``test_export_opsets.py``), also a script:
+``python tests/onnx_opset_sweep.py 11,13,17,18 [-k substr] [-v]``
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import suite
+import onnx_node_suite as suite
 
 
 @dataclasses.dataclass
@@ -32,8 +34,8 @@ def _check(model, case) -> Optional[str]:
 
     onnx.checker.check_model(model, full_check=True)
     rtol, atol = float(getattr(case, "rtol", 1e-3)), float(getattr(case, "atol", 1e-7))
-    for outs, (_, expected) in zip(suite._ort_outputs(model, case), case.data_sets):
-        r = suite._compare(outs, [suite._expected(e) for e in expected], rtol, atol)
+    for outs, (_, expected) in zip(suite.ort_outputs(model, case), case.data_sets):
+        r = suite.compare(outs, [suite.expected_array(e) for e in expected], rtol, atol)
         if r is not None:
             return r
     return None
@@ -49,18 +51,18 @@ def sweep(opsets: Sequence[int], pattern: Optional[str] = None) -> Tuple[Dict[in
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from . import ExportError, export_relax
+    from taso_tvm.onnx_io.export import ExportError, export_relax
 
     t0 = time.time()
     out = {int(v): OpsetOutcome() for v in opsets}
-    with suite._quiet():
+    with suite.quiet():
         cases = collect_testcases(None)
     swept = 0
     for case in cases:
-        if case.model is None or (pattern and pattern not in case.name) or suite._non_tensor_io(case.model):
+        if case.model is None or (pattern and pattern not in case.name) or suite.non_tensor_io(case.model):
             continue
         try:
-            with suite._quiet():
+            with suite.quiet():
                 mod = relax.transform.FoldConstant()(from_onnx(case.model))
                 if _check(export_relax(mod), case) is not None:
                     continue
@@ -69,19 +71,19 @@ def sweep(opsets: Sequence[int], pattern: Optional[str] = None) -> Tuple[Dict[in
         swept += 1
         for v, res in out.items():
             try:
-                with suite._quiet():
+                with suite.quiet():
                     m = export_relax(mod, opset=v)
             except ExportError as e:
                 res.refused.append((case.name, str(e)))
                 continue
             except Exception as e:  # noqa: BLE001 - any other exception is a bug to report
-                res.bad.append((case.name, f"{type(e).__name__} escaped export_relax: {suite._first_line(e)}"))
+                res.bad.append((case.name, f"{type(e).__name__} escaped export_relax: {suite.first_line(e)}"))
                 continue
             try:
-                with suite._quiet():
+                with suite.quiet():
                     r = f"declares opset {_opset_of(m)}" if _opset_of(m) != v else _check(m, case)
             except Exception as e:  # noqa: BLE001
-                r = f"{type(e).__name__}: {suite._first_line(e)}"
+                r = f"{type(e).__name__}: {suite.first_line(e)}"
             if r is None:
                 res.ok.append(case.name)
             else:
@@ -89,7 +91,7 @@ def sweep(opsets: Sequence[int], pattern: Optional[str] = None) -> Tuple[Dict[in
     return out, swept, time.time() - t0
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("opsets", help="comma-separated opsets, e.g. 11,13,17,18")
     ap.add_argument("-k", default=None, help="only cases whose name contains this substring")
@@ -108,4 +110,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's taso_tvm
     sys.exit(main())

@@ -7,21 +7,20 @@ compare with the case's expected outputs (``np.testing.assert_allclose`` with th
 rtol/atol).  A failing case is re-run in TVM itself (``tvm.compile`` + VM); if TVM's own
 result is also wrong the case is *frontend-wrong* and excluded from the pass rate.
 
-``python -m taso_tvm.onnx_io.export.suite [--docs docs/export_failures.md] [-k substr]``
+Test code (used by ``test_onnx_node_suite.py`` and ``onnx_opset_sweep.py``), also a script:
+``python tests/onnx_node_suite.py [--docs docs/export_failures.md] [-k substr]``
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import dataclasses
-import io
 import logging
 import os
 import sys
 import time
-import warnings
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from typing import List, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -48,7 +47,7 @@ class SuiteResult:
     results: List[CaseResult]
     seconds: float
 
-    def by_status(self, status) -> List[CaseResult]:
+    def by_status(self, status: str) -> List[CaseResult]:
         return [r for r in self.results if r.status == status]
 
     @property
@@ -94,38 +93,19 @@ class SuiteResult:
 
 
 @contextmanager
-def _quiet():
-    """Silence TVM / ONNX chatter (Python and C++ level)."""
+def quiet() -> Iterator[None]:
+    """Silence TVM / ONNX chatter (Python and C++ level) and the logging module."""
+    from taso_tvm.quiet import quiet as quiet_streams
+
     logging.disable(logging.CRITICAL)
-    buf = io.StringIO()
     try:
-        fd_out, fd_err = sys.stdout.fileno(), sys.stderr.fileno()
-        saved_out, saved_err = os.dup(fd_out), os.dup(fd_err)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(devnull, fd_out)
-        os.dup2(devnull, fd_err)
-        fds = (saved_out, saved_err, devnull)
-    except Exception:  # pragma: no cover - no real fds (e.g. captured by pytest)
-        fds = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with redirect_stdout(buf), redirect_stderr(buf):
-                yield
+        with quiet_streams():
+            yield
     finally:
-        if fds is not None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(fds[0], sys.stdout.fileno())
-            os.dup2(fds[1], sys.stderr.fileno())
-            for f in fds:
-                os.close(f)
         logging.disable(logging.NOTSET)
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     s = str(e).strip()
     for line in s.splitlines():
         line = line.strip()
@@ -134,7 +114,7 @@ def _first_line(e: BaseException) -> str:
     return type(e).__name__
 
 
-def _compare(actual: list, expected: list, rtol: float, atol: float) -> Optional[str]:
+def compare(actual: list, expected: list, rtol: float, atol: float) -> Optional[str]:
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
@@ -277,7 +257,7 @@ def _feed_value(arr, elem):
     return arr
 
 
-def _non_tensor_io(model) -> bool:
+def non_tensor_io(model: Any) -> bool:
     """True if the ONNX case has sequence / optional / map graph inputs or outputs."""
     for vi in list(model.graph.input) + list(model.graph.output):
         if not vi.type.HasField("tensor_type"):
@@ -285,7 +265,7 @@ def _non_tensor_io(model) -> bool:
     return False
 
 
-def _ort_outputs(model, case) -> list:
+def ort_outputs(model: Any, case: Any) -> list:
     """ONNX Runtime outputs of ``model`` on each of the case's input sets."""
     import onnxruntime as ort
 
@@ -300,47 +280,46 @@ def _ort_outputs(model, case) -> list:
 
 def _ort_check(model, case) -> Optional[str]:
     """None if ONNX Runtime reproduces the case's expected outputs on the *original* model."""
-    for outs, (_, expected) in zip(_ort_outputs(model, case), case.data_sets):
-        r = _compare(outs, [_expected(e) for e in expected],
+    for outs, (_, expected) in zip(ort_outputs(model, case), case.data_sets):
+        r = compare(outs, [expected_array(e) for e in expected],
                      float(getattr(case, "rtol", 1e-3)), float(getattr(case, "atol", 1e-7)))
         if r is not None:
             return r
     return None
 
 
-def _expected(e):
+def expected_array(e: Any) -> np.ndarray:
     e = _to_numpy(e)
     if e.dtype.kind == "V" or e.dtype.name in ("bfloat16",) or e.dtype.name.startswith(("float8", "float4", "int4", "uint4", "int2", "uint2", "float6")):
         return e.astype(np.float32)
     return e
 
 
-def run_case(case, check_frontend: bool = True) -> CaseResult:
+def run_case(case: Any, check_frontend: bool = True) -> CaseResult:
     import onnx
     import onnxruntime as ort
-    import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from . import ExportError, export_relax
+    from taso_tvm.onnx_io.export import ExportError, export_relax
 
     t0 = time.time()
     model = case.model
     ops = ",".join(sorted({n.op_type for n in model.graph.node}))
     res = CaseResult(case.name, ops, NOT_IMPORTABLE)
     try:
-        with _quiet():
+        with quiet():
             mod = from_onnx(model)
     except BaseException:  # noqa: BLE001 - importer failures of all kinds
         res.seconds = time.time() - t0
         return res
     try:
-        with _quiet():
+        with quiet():
             folded = relax.transform.FoldConstant()(mod)
     except Exception:
         folded = mod  # FoldConstant crashes on a few modules; export the unfolded one
     res.relax_ops = _relax_ops(folded)
-    if _non_tensor_io(model):
+    if non_tensor_io(model):
         res.status = FRONTEND_WRONG
         res.reason = "sequence/optional graph inputs or outputs imported as plain tensors"
         res.seconds = time.time() - t0
@@ -353,12 +332,12 @@ def run_case(case, check_frontend: bool = True) -> CaseResult:
     except ExportError as e:
         reason = f"export: {e}"
     except Exception as e:  # noqa: BLE001
-        reason = f"export crashed: {_first_line(e)}"
+        reason = f"export crashed: {first_line(e)}"
     if reason is None:
         try:
             onnx.checker.check_model(exported, full_check=True)
         except Exception as e:  # noqa: BLE001
-            reason = f"check_model: {_first_line(e)}"
+            reason = f"check_model: {first_line(e)}"
     sess = None
     elems = {}
     if reason is None:
@@ -369,7 +348,7 @@ def run_case(case, check_frontend: bool = True) -> CaseResult:
             sess = ort.InferenceSession(_harness_model(exported).SerializeToString(), so,
                                         providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001
-            reason = f"ORT load: {_first_line(e)}"
+            reason = f"ORT load: {first_line(e)}"
     if reason is None:
         elems = {i.name: i.type.tensor_type.elem_type for i in exported.graph.input}
         for inputs, expected in case.data_sets:
@@ -381,9 +360,9 @@ def run_case(case, check_frontend: bool = True) -> CaseResult:
                 feed = {n: _feed_value(_to_numpy(v), elems[n]) for n, v in zip(feed_names, inputs)}
                 outs = sess.run(None, feed)
             except Exception as e:  # noqa: BLE001
-                reason = f"ORT run: {_first_line(e)}"
+                reason = f"ORT run: {first_line(e)}"
                 break
-            reason = _compare(outs, [_expected(e) for e in expected], rtol, atol)
+            reason = compare(outs, [expected_array(e) for e in expected], rtol, atol)
             if reason is not None:
                 reason = f"mismatch: {reason}"
                 break
@@ -394,12 +373,12 @@ def run_case(case, check_frontend: bool = True) -> CaseResult:
         res.reason = reason
         if check_frontend:
             try:
-                with _quiet():
+                with quiet():
                     tvm_reason = None
                     for inputs, expected in case.data_sets:
                         np_inputs = [_to_numpy(i) for i in inputs]
                         tvm_out = _tvm_run(folded, np_inputs)
-                        tvm_reason = _compare(tvm_out, [_expected(e) for e in expected], rtol, atol)
+                        tvm_reason = compare(tvm_out, [expected_array(e) for e in expected], rtol, atol)
                         if tvm_reason is not None:
                             break
                 if tvm_reason is not None:
@@ -410,24 +389,24 @@ def run_case(case, check_frontend: bool = True) -> CaseResult:
                         try:
                             feed = {n: _feed_value(a, elems[n]) for n, a in
                                     zip([i.name for i in exported.graph.input], np_inputs)}
-                            d = _compare(sess.run(None, feed), [_expected(t) for t in tvm_out], 1e-4, 1e-5)
+                            d = compare(sess.run(None, feed), [expected_array(t) for t in tvm_out], 1e-4, 1e-5)
                             agree = "yes" if d is None else f"no ({d})"
                         except Exception as e:  # noqa: BLE001
-                            agree = f"no ({_first_line(e)})"
+                            agree = f"no ({first_line(e)})"
                     res.reason = f"TVM itself: {tvm_reason}; exporter: {reason}; export == TVM: {agree}"
             except Exception as e:  # noqa: BLE001
-                res.reason = f"{reason} (TVM cannot run it: {_first_line(e)})"
+                res.reason = f"{reason} (TVM cannot run it: {first_line(e)})"
                 try:
                     ort_reason = _ort_check(model, case)
                 except Exception as e2:  # noqa: BLE001
-                    ort_reason = _first_line(e2)
+                    ort_reason = first_line(e2)
                 if ort_reason is not None:
                     res.status = UNVERIFIABLE
                     res.reason += f"; ORT on the original model: {ort_reason}"
                     # does the export at least behave like the original model in ORT?
                     try:
-                        same = all(_compare(a, b, 0, 0) is None for a, b in
-                                   zip(_ort_outputs(exported, case), _ort_outputs(model, case)))
+                        same = all(compare(a, b, 0, 0) is None for a, b in
+                                   zip(ort_outputs(exported, case), ort_outputs(model, case)))
                         res.reason += f"; export == original in ORT: {'yes' if same else 'no'}"
                     except Exception:  # noqa: BLE001 - e.g. ORT has no kernel for either model
                         res.reason += "; ORT cannot run either model"
@@ -440,7 +419,7 @@ def run_suite(pattern: Optional[str] = None, check_frontend: bool = True,
     from onnx.backend.test.case.node import collect_testcases
 
     t0 = time.time()
-    with _quiet():
+    with quiet():
         cases = collect_testcases(None)
     results = []
     for i, case in enumerate(cases):
@@ -457,7 +436,7 @@ def write_failures_doc(result: SuiteResult, path: str) -> None:
     lines = [
         "# Relax -> ONNX exporter: ONNX node-suite failures",
         "",
-        "Generated by `python -m taso_tvm.onnx_io.export.suite --docs docs/export_failures.md`",
+        "Generated by `python tests/onnx_node_suite.py --docs docs/export_failures.md`",
         "(or by `TASO_TVM_UPDATE_DOCS=1 pytest tests/test_onnx_node_suite.py`). Each case of",
         "`onnx.backend.test.case.node.collect_testcases(None)` that TVM's `from_onnx` imports is",
         "round-tripped: import -> FoldConstant -> `export_relax` -> `check_model(full_check=True)`",
@@ -507,12 +486,12 @@ def write_failures_doc(result: SuiteResult, path: str) -> None:
         for op, n in sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"| {op} | {n} |")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    from ...fileio import atomic_write_text
+    from taso_tvm.fileio import atomic_write_text
 
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", default=None, help="write the failure table to this markdown file")
     ap.add_argument("-k", default=None, help="only cases whose name contains this substring")
@@ -534,4 +513,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's taso_tvm
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""`rules verify [FILES]` and `rules list [FILES]`: the rule library from the command line.
+"""`taso-tvm rules verify [FILES]` and `taso-tvm rules list [FILES]`: the rule library from the command line.
 
 `main(argv)` takes the arguments after `rules` (a leading "rules" is accepted too) and returns the exit status;
 the `taso-tvm` console script delegates `taso-tvm rules ...` to it.
@@ -6,26 +6,18 @@ the `taso-tvm` console script delegates `taso-tvm rules ...` to it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO
 
-from .language import RuleError, read_rule_files
-from .ruleset import library_files
-
-
-def _fmt_ce(ce: Optional[dict]) -> str:
-    if not ce:
-        return ""
-    parts = [ce.get("instance", ""), ce.get("detail", "")]
-    if ce.get("inputs"):
-        parts.append("inputs " + json.dumps(ce["inputs"]))
-    return "; ".join(p for p in parts if p)
+from .rules.language import RuleError, read_rule_files
+from .rules.ruleset import RuleSet, library_files
+from .rules.verify import (Cache, VerifyResult, axioms_digest, load_axioms, rule_key, tally, verify_axioms,
+                           verify_rules)
 
 
-def _table(rows: list, headers: list, out) -> None:
+def _table(rows: list, headers: list, out: TextIO) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
     widths[-1] = 0  # last column unpadded
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
@@ -35,7 +27,7 @@ def _table(rows: list, headers: list, out) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip(), file=out)
 
 
-def _method_cell(res) -> str:
+def _method_cell(res: VerifyResult) -> str:
     cells = []
     for m in res.methods:
         extra = f" ({m.instances})" if m.method == "bounded" and m.instances else ""
@@ -43,9 +35,7 @@ def _method_cell(res) -> str:
     return ", ".join(cells)
 
 
-def cmd_verify(args, out) -> int:
-    from .verify import Cache, load_axioms, verify_axioms, verify_rules
-
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     files = args.files or library_files()
     rules = read_rule_files(files)
     t0 = time.perf_counter()
@@ -62,24 +52,21 @@ def cmd_verify(args, out) -> int:
         ok = res.status == (expected or "verified")
         failures += not ok
         result = res.status + (" (expected)" if expected and ok else "") + (" [cached]" if res.cached else "")
-        detail = _fmt_ce(res.counterexample)
-        if not detail and res.status != "verified":
-            detail = "; ".join(f"{m.method}: {m.detail}" for m in res.methods if m.status != "proven")
-        if not detail and res.status == "verified":
+        if res.ok:
             b = res.method("bounded")
             detail = f"{res.proof}; bounded: {b.coverage or b.detail}" if b else res.proof
+        else:
+            detail = res.reason()
         rows.append((rule.name, _method_cell(res), result, f"{res.time:.2f}s", detail))
     _table(rows, ["rule", "methods", "result", "time", "proof / counterexample / detail"], out)
-    bad_axioms = sum(1 for r in ax_results if not r.ok)
+    bad_axioms = len(ax_results) - tally(ax_results)["verified"]
     print(f"\n{len(rules)} rules, {len(rules) - failures if not args.axioms else len(shown) - failures} as expected, "
           f"{failures} not; {len(ax_results) - bad_axioms}/{len(ax_results)} axioms verified; {total:.2f}s",
           file=out)
     return 1 if failures or bad_axioms else 0
 
 
-def cmd_list(args, out) -> int:
-    from .verify import Cache, axioms_digest, load_axioms, rule_key
-
+def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     files = args.files or library_files()
     rules = read_rule_files(files)
     cache = Cache()
@@ -93,10 +80,8 @@ def cmd_list(args, out) -> int:
         tgt = ", ".join(n.op for n in r.target) or "(aliases)"
         rows.append((r.name, r.family, f"{src} -> {tgt}", status, proof, f"{r.file}:{r.line}"))
     _table(rows, ["rule", "family", "source -> target", "status", "proof", "where"], out)
-    fams: dict = {}
-    for r in rules:
-        fams[r.family] = fams.get(r.family, 0) + 1
-    print(f"\n{len(rules)} rules: " + ", ".join(f"{k} {v}" for k, v in sorted(fams.items())), file=out)
+    fams = RuleSet(rules).families()
+    print(f"\n{len(rules)} rules: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(fams.items())), file=out)
     return 0
 
 
@@ -115,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
+def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "rules":  # called as `taso-tvm rules ...` with the sub-command name kept

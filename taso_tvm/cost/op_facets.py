@@ -1,0 +1,151 @@
+"""What the cost package knows of an operator: its `cost.*` facets, declared and registered here (and only here).
+
+* `cost.fusion`: `(attrs, in_types, out_types) -> (patterns, tuple_reads)`: how the node looks to TVM's FuseOps
+  after LegalizeOps and AnnotateTIROpPattern: the pattern kinds of the chain of `call_tir`s it legalizes to, and
+  how many `TupleGetItem` sub-nodes read the last call's tuple (see `patterns.expand`). The kinds are what TVM 0.27
+  reports (`relax/analysis/tir_op_pattern_kind.cc`; `tests/test_cost_fusion.py` checks every operator against it).
+* `cost.tvm_names`: base names of the PrimFunc(s) LegalizeOps emits for it, in binding order (FuseTIR names fused
+  functions after them).
+* `cost.view`: TVM turns a kernel of only such operators into a view of its input (RewriteDataflowReshape), no
+  kernel launch (default: no).
+* `cost.flops`: `(attrs, in_shapes, out_shapes) -> float`: floating-point operations of one node (multiply-add = 2;
+  transcendentals cost a polynomial evaluation; data movement costs none), for the roofline backend.
+
+Every operator that computes must register all three; graph inputs and weights need none, opaque nodes only their
+fusion kind (never fused).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ..graph.ops import OpDef, declare_facet, facet, register_facet
+from ..graph.types import TensorType
+from .flops import prod
+from .patterns import BROADCAST, ELEMWISE, INJECTIVE, OPAQUE, OUT_EWISE_FUSABLE
+
+FUSION, TVM_NAMES, VIEW, FLOPS = "cost.fusion", "cost.tvm_names", "cost.view", "cost.flops"
+
+Chain = tuple[tuple[int, ...], int]  # (pattern kinds of the chained calls, TupleGetItem sub-nodes)
+FusionFn = Callable[[dict, Sequence[TensorType], Sequence[TensorType]], Chain]
+FlopsFn = Callable[[dict, list, list], float]
+
+_NOT_COMPUTED = ("input", "weight", "opaque")
+
+
+def _computes(op: OpDef) -> bool:
+    return op.name not in _NOT_COMPUTED
+
+
+declare_facet(FUSION, "its call_tir pattern kinds under TVM's FuseOps",
+              required=lambda op: op.name not in ("input", "weight"))
+declare_facet(TVM_NAMES, "the PrimFunc names LegalizeOps gives it", required=_computes)
+declare_facet(VIEW, "TVM makes a view of it, not a kernel", default=False)
+declare_facet(FLOPS, "its floating-point operations", required=_computes)
+
+
+def activation(attrs: dict) -> str:
+    """The node's fused activation ('none' when it has none)."""
+    act = attrs.get("activation", "none")
+    return "none" if act is None else act
+
+
+def _fusion(chain: Chain) -> FusionFn:
+    return lambda attrs, in_types, out_types: chain
+
+
+def _reduction(attrs: dict, in_types: Sequence[TensorType], out_types: Sequence[TensorType]) -> Chain:
+    """FMA reductions and reductions with an output block: OUT_EWISE_FUSABLE; a fused activation is a separate
+    element-wise call."""
+    return ((OUT_EWISE_FUSABLE,) if activation(attrs) == "none" else (OUT_EWISE_FUSABLE, ELEMWISE)), 0
+
+
+def _binary(attrs: dict, in_types: Sequence[TensorType], out_types: Sequence[TensorType]) -> Chain:
+    """ELEMWISE when one operand already has the output shape (TVM then calls the whole block element-wise),
+    otherwise BROADCAST."""
+    out = out_types[0].shape
+    return ((ELEMWISE if any(t.shape == out for t in in_types) else BROADCAST),), 0
+
+
+def _split(attrs: dict, in_types: Sequence[TensorType], out_types: Sequence[TensorType]) -> Chain:
+    return (INJECTIVE,), len(out_types)
+
+
+def _per_element(k: int) -> FlopsFn:
+    return lambda attrs, in_shapes, out_shapes: float(prod(out_shapes[0]) * k)
+
+
+def _no_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    return 0.0
+
+
+def _activation_flops(attrs: dict, out_shape: tuple) -> float:
+    act = activation(attrs)
+    return 0.0 if act == "none" else facet(act, FLOPS)({}, [out_shape], [out_shape])
+
+
+def _conv2d_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    _, cg, kh, kw = in_shapes[1]
+    out = prod(out_shapes[0])
+    return 2.0 * out * cg * kh * kw + _activation_flops(attrs, out_shapes[0])
+
+
+def _matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    out = prod(out_shapes[0])
+    return 2.0 * out * in_shapes[0][-1] + _activation_flops(attrs, out_shapes[0])
+
+
+def _pool_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    kh, kw = attrs["kernel"]
+    return float(prod(out_shapes[0]) * kh * kw)
+
+
+def _mean_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    return float(prod(in_shapes[0]))
+
+
+# ------------------------------------------------------------------ reductions
+for _op, _names, _flops in (("conv2d", ("conv2d",), _conv2d_flops), ("matmul", ("matmul",), _matmul_flops),
+                            ("maxpool2d", ("max_pool2d",), _pool_flops), ("avgpool2d", ("avg_pool2d",), _pool_flops),
+                            ("mean", ("mean",), _mean_flops), ("softmax", ("softmax",), _per_element(12)),
+                            ("layernorm", ("layer_norm",), _per_element(8))):
+    register_facet(_op, FUSION, _reduction)
+    register_facet(_op, TVM_NAMES, _names)
+    register_facet(_op, FLOPS, _flops)
+
+# ------------------------------------------------------------------ element-wise: (operator, PrimFunc, FLOPs each)
+for _op, _name, _k in (("add", "add", 1), ("sub", "subtract", 1), ("mul", "multiply", 1), ("div", "divide", 1)):
+    register_facet(_op, FUSION, _binary)
+    register_facet(_op, TVM_NAMES, (_name,))
+    register_facet(_op, FLOPS, _per_element(_k))
+
+for _op, _name, _k in (("relu", "relu", 1), ("sigmoid", "sigmoid", 10), ("tanh", "tanh", 10), ("gelu", "gelu", 14),
+                       ("erf", "erf", 10), ("exp", "exp", 8), ("sqrt", "sqrt", 4), ("neg", "negative", 1)):
+    register_facet(_op, FUSION, _fusion(((ELEMWISE,), 0)))
+    register_facet(_op, TVM_NAMES, (_name,))
+    register_facet(_op, FLOPS, _per_element(_k))
+
+# ------------------------------------------------------------------ data movement
+for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("reshape", "reshape"),
+                   ("enlarge", "pad")):
+    register_facet(_op, FUSION, _fusion(((INJECTIVE,), 0)))
+    register_facet(_op, TVM_NAMES, (_name,))
+    register_facet(_op, FLOPS, _no_flops)
+register_facet("reshape", VIEW, True)
+
+register_facet("split", FUSION, _split)  # a tuple, read by one TupleGetItem per output
+register_facet("split", TVM_NAMES, ("split",))
+register_facet("split", FLOPS, _no_flops)
+
+register_facet("batchnorm", FUSION, _fusion(((INJECTIVE,), 1)))  # inference batch_norm returns a tuple
+register_facet("batchnorm", TVM_NAMES, ("batch_norm",))
+register_facet("batchnorm", FLOPS, _per_element(2))
+
+register_facet("merge_gconv", FUSION, _fusion(((INJECTIVE, BROADCAST, INJECTIVE), 0)))  # reshape * mask, reshape
+register_facet("merge_gconv", TVM_NAMES, ("reshape", "multiply", "reshape"))
+register_facet("merge_gconv", FLOPS, _no_flops)
+
+register_facet("opaque", FUSION, _fusion(((OPAQUE,), 0)))  # never fused
+
+del _op, _name, _names, _k, _flops
+
+__all__ = ["FUSION", "TVM_NAMES", "VIEW", "FLOPS", "activation"]

@@ -1,0 +1,56 @@
+"""The search's settings and their defaults, written once: `SearchConfig`."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+MAX_OPS_SLACK = 4  # operators a candidate may add beyond max_ops_ratio x the start (room on tiny graphs)
+
+# the settings users set (config files, command line, API), with the words their messages use
+USER_SETTINGS = {"alpha": "alpha", "budget": "budget", "time_limit": "time limit", "region_size": "region size"}
+
+
+def check_setting(name: str, v: Any) -> str:
+    """Why `v` is not a valid value of search setting `name` ('must be ...'), or ''."""
+    num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if name == "alpha" and not (num and 1.0 <= v <= 3.0):
+        return f"must be a number in [1, 3], got {v!r}"
+    if name == "budget" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return f"must be an integer >= 0, got {v!r}"
+    if name == "time_limit" and not (v is None or (num and v > 0)):
+        return f"must be a positive number of seconds, got {v!r}"
+    if name == "region_size" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 4):
+        return f"must be an integer >= 4, got {v!r}"
+    return ""
+
+
+@dataclass
+class SearchConfig:
+    """Search settings. `alpha`: keep a candidate costing below alpha x the best; `budget`: graphs expanded per
+    region; `time_limit` (s): for the whole search; `region_size`: the operator count above which a graph is
+    searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
+    (plus `MAX_OPS_SLACK`)."""
+
+    alpha: float = 1.05
+    budget: int = 10
+    time_limit: Optional[float] = None
+    region_size: int = 32
+    max_ops_ratio: float = 1.5
+
+    def validate(self) -> "SearchConfig":
+        """Raise ValueError naming the first setting out of its range."""
+        for name, label in USER_SETTINGS.items():
+            why = check_setting(name, getattr(self, name))
+            if why:
+                raise ValueError(f"{label} {why}")
+        return self
+
+    def max_ops(self, start_ops: int) -> int:
+        """The most operators a candidate grown from a graph of `start_ops` operators may have."""
+        return int(start_ops * self.max_ops_ratio) + MAX_OPS_SLACK
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """{setting: default} for the settings users set (`USER_SETTINGS`)."""
+        return {f.name: f.default for f in fields(cls) if f.name in USER_SETTINGS}
