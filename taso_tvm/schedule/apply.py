@@ -70,10 +70,16 @@ def schedule_func(func: tirx.PrimFunc, target: Target, name: str = "", report: O
     for rule_name, rule in rules:
         try:
             sch = rule(func, target)
-        except (s_tir.ScheduleError, tvm.TVMError, ValueError, IndexError) as e:
+        except s_tir.ScheduleError as e:  # the rule's steps do not fit this function: the next rule
             if report is not None:
                 report.errors.append((name, rule_name, _first_line(e)))
-            log.debug("schedule rule %s failed on %s: %s", rule_name, name, _first_line(e))
+            log.debug("schedule rule %s does not fit %s: %s", rule_name, name, _first_line(e))
+            continue
+        except Exception as e:  # noqa: BLE001 - a rule's own failure must not fail the build: next rule
+            if report is not None:
+                report.errors.append((name, rule_name, _first_line(e)))
+            log.warning("schedule rule %s failed on %s (%s: %s); trying the next rule", rule_name, name,
+                        type(e).__name__, _first_line(e))
             continue
         if sch is not None:
             return sch, rule_name

@@ -104,6 +104,24 @@ def _main_block(facts: FuncFacts) -> Optional[int]:
     return idx[0]
 
 
+def _attach_writer(sch: s_tir.Schedule, main: BlockFacts, epilogue: Optional[BlockFacts], fused) -> Optional[object]:
+    """Compute the block that writes the main block's result (its epilogue, else a new copy stage) at the tile
+    loop and make the accumulator local; None when the epilogue cannot move there (it also reads a stage computed
+    at the root), in which case the accumulator stays a full buffer."""
+    if fused is None:
+        return None
+    if epilogue is None:
+        writer = sch.cache_write(main.rv, 0, "local")
+        sch.reverse_compute_at(writer, fused, preserve_unit_loops=True)
+        return writer
+    try:
+        sch.reverse_compute_at(epilogue.rv, fused, preserve_unit_loops=True)
+    except s_tir.ScheduleError:
+        return None
+    sch.set_scope(main.rv, 0, "local")
+    return epilogue.rv
+
+
 def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.Schedule]:
     """Schedule a PrimFunc with one reduction block; None when the function has another shape."""
     sch = s_tir.Schedule(func)
@@ -154,16 +172,13 @@ def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.
     else:
         fused = None
     # accumulator: a local tile written back by the epilogue (or a copy stage) computed at the tile
-    if epilogue:
-        sch.set_scope(main.rv, 0, "local")
-        writer = epilogue[0].rv
-    else:
-        writer = sch.cache_write(main.rv, 0, "local")
-    if fused is not None:
-        sch.reverse_compute_at(writer, fused, preserve_unit_loops=True)
-    w_loops = sch.get_loops(writer)[1 if fused is not None else 0:]
-    if w_loops:
-        sch.vectorize(w_loops[-1])
+    writer = _attach_writer(sch, main, epilogue[0] if epilogue else None, fused)
+    if writer is not None:
+        w_loops = sch.get_loops(writer)[1 if fused is not None else 0:]
+        if w_loops:
+            sch.vectorize(w_loops[-1])
+    elif epilogue:  # the epilogue reads another stage computed at the root: it runs as its own nest
+        schedule_spatial(sch, epilogue[0], lanes)
     sch.vectorize(v_i)
     if t_i is not None:
         sch.unroll(t_i)

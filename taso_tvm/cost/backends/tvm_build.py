@@ -1,4 +1,5 @@
-"""Build one kernel with TVM's default pipeline for the target and export it as a library.
+"""Build one kernel the way the target's modules are built and export it as a library: with the CPU schedules
+("taso-schedule" pipeline, `taso_tvm.schedule`) on llvm, TVM's default pipeline (dlight) on CUDA.
 
 Runs in worker processes (spawned, so each imports TVM once) and in the parent for single kernels; it must stay
 importable and picklable at module level.
@@ -24,6 +25,17 @@ def failure_reason(err: BaseException) -> str:
     return text[:MAX_REASON]
 
 
+def kernel_pipeline(tgt):
+    """The Relax pipeline a kernel of `tgt` is built with: the one its whole modules are built with."""
+    from tvm import relax
+
+    if tgt.kind.name == "llvm":
+        from ...schedule import schedule_pipeline
+
+        return schedule_pipeline(tgt)
+    return relax.get_default_pipeline(tgt)
+
+
 def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: str) \
         -> tuple[Optional[str], Optional[str], float]:
     """(library path, None, seconds) on success, (None, one-line reason, seconds) on failure."""
@@ -32,14 +44,13 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
         if target.get("kind") == "cuda":
             os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
         import tvm
-        from tvm import relax
 
         from ..kernel import KernelSig
         from ..relax_kernel import kernel_module
 
         mod = kernel_module(KernelSig.make(*payload))
         tgt = tvm.target.Target(target, host=host) if host else tvm.target.Target(target)
-        ex = tvm.compile(mod, target=tgt, relax_pipeline=relax.get_default_pipeline(tgt))
+        ex = tvm.compile(mod, target=tgt, relax_pipeline=kernel_pipeline(tgt))
         ex.export_library(out_path)
         return out_path, None, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001  (any failure is a failed kernel, reported in one line)
