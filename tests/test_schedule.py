@@ -14,6 +14,7 @@ from tvm import relax
 from taso_tvm.check import compare_arrays
 from taso_tvm.schedule import CpuSchedule, schedule_module, schedule_pipeline
 from taso_tvm.schedule.common import vector_split
+from taso_tvm.schedule.conv_layout import conv_weights_ihwo
 from taso_tvm.schedule.pad_width import pad_conv_width
 
 TARGET = tvm.target.Target({"kind": "llvm"})
@@ -69,8 +70,10 @@ def _conv(ci, co, hw, k, stride, pad, groups, epilogue):
     return _module(shapes, body), shapes
 
 
-CONVS = {
+CONVS = {  # output channels in whole vector halves take the IHWO path, 12 and grouped ones the widened OIHW one
     "3x3 odd width, bias+relu": (8, 16, 13, 3, 1, 1, 1, ("bias", "relu")),
+    "3x3 odd width, 12 channels (OIHW)": (8, 12, 13, 3, 1, 1, 1, ("bias", "relu")),
+    "strided, 12 channels (OIHW)": (8, 12, 15, 3, 2, 1, 1, ()),
     "3x3 width 16": (8, 16, 16, 3, 1, 1, 1, ("bias",)),
     "strided 3x3": (8, 16, 15, 3, 2, 1, 1, ("relu",)),
     "7x7 stride 2 pad 3": (3, 16, 23, 7, 2, 3, 1, ("bias", "relu")),
@@ -174,6 +177,13 @@ def test_pad_conv_width_widens_and_slices():
     assert n == 1
     text = wide.script()
     assert "strided_slice" in text and "(1, 16, 13, 16)" in text
+
+
+def test_conv_weights_ihwo_only_where_channels_fill_vectors():
+    wide, n = conv_weights_ihwo(_conv(8, 16, 13, 3, 2, 1, 1, ())[0], 8)
+    assert n == 1 and 'kernel_layout="IHWO"' in wide.script()
+    assert conv_weights_ihwo(_conv(8, 12, 13, 3, 1, 1, 1, ())[0], 8)[1] == 0  # 12 channels: not whole vectors
+    assert conv_weights_ihwo(_conv(8, 16, 12, 3, 1, 1, 2, ())[0], 8)[1] == 0  # grouped: stays OIHW
 
 
 def test_registered_pipeline_builds():

@@ -45,6 +45,14 @@ def _divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
+def _loads_along(main: BlockFacts, a: int) -> bool:
+    """Whether every read that uses iterator `a` uses it in its innermost dimension only (vector loads)."""
+    for r in main.reads:
+        if a in r.used and (not r.dims or a not in r.dims[-1] or any(a in d for d in r.dims[:-1])):
+            return False
+    return True
+
+
 def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
     """Choose vector and tile axes for the main block; None when its output is not plainly indexed."""
     out = main.writes[0]
@@ -59,12 +67,18 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
     sized = [a for a in axes if main.extents[a] > 1]
     if not sized:
         return None
-    v = sized[-1]
-    if v != axes[-1] and any(main.extents[a] > 1 for a in axes[axes.index(v) + 1:]):
+    contiguous = [a for a in sized if _loads_along(main, a)]
+    v = sized[-1] if sized[-1] in contiguous else None
+    if v is not None and v != axes[-1] and any(main.extents[a] > 1 for a in axes[axes.index(v) + 1:]):
+        v = None
+    # an axis read contiguously that fills whole vectors (the output channels of a conv whose weights were put
+    # in IHWO layout): no stride, no odd width in the vector loads; the accumulator is transposed at the tile
+    channel = [a for a in contiguous if a != sized[-1] and main.extents[a] % max(lanes // 2, 1) == 0
+               and any(a in r.used for r in main.reads)]
+    if channel:
+        v = channel[-1]
+    if v is None:
         return None
-    for r in main.reads:  # the vector loads must run along the reads' innermost dimension
-        if v in r.used and (not r.dims or v not in r.dims[-1] or any(v in d for d in r.dims[:-1])):
-            return None
     v_extent = main.extents[v]
     v_inner = vector_split(v_extent, lanes) or lanes
     # the read(s) that use v: the vector loads; a spatial axis they do not use is reused from registers
@@ -78,7 +92,10 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
     if candidates and whole_vectors(v_inner, lanes):  # an odd-sized vector tile would spill
         t = candidates[-1]
         regs_per_row = max(1, -(-v_inner // lanes))
-        t_inner = _divisor_at_most(main.extents[t], max(1, min(MAX_ROW_TILE, ACCUMULATOR_REGISTERS // regs_per_row)))
+        rows = max(1, min(MAX_ROW_TILE, ACCUMULATOR_REGISTERS // regs_per_row))
+        t_inner = _divisor_at_most(main.extents[t], rows)
+        if v != sized[-1] and t_inner < rows // 2 < main.extents[t]:
+            t_inner = rows  # scalar rows: a tail tile is only a condition around whole vectors
         if t_inner == 1:
             t = None
     t_block = 0
@@ -87,8 +104,9 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
         for a in main.reduce():
             reduce_size *= main.extents[a]
         panel_rows = max(t_inner, CACHE_BLOCK_BYTES // max(reduce_size * ELEMENT_BYTES, 1))
-        t_block = max(b for b in range(t_inner, main.extents[t] + 1, t_inner)
-                      if main.extents[t] % b == 0 and (b <= panel_rows or b == t_inner))
+        if main.extents[t] % t_inner == 0:
+            t_block = max(b for b in range(t_inner, main.extents[t] + 1, t_inner)
+                          if main.extents[t] % b == 0 and (b <= panel_rows or b == t_inner))
     return Plan(order=axes, v=v, v_inner=v_inner, t=t, t_inner=t_inner, t_block=t_block)
 
 
@@ -122,6 +140,16 @@ def _attach_writer(sch: s_tir.Schedule, main: BlockFacts, epilogue: Optional[Blo
     return epilogue.rv
 
 
+def _vector_axis_last(sch: s_tir.Schedule, main: BlockFacts, p: Plan) -> None:
+    """Lay the local accumulator out with the vector axis innermost (a no-op when it already is)."""
+    dims = [next(iter(d)) for d in main.writes[0].dims]
+    k = dims.index(p.v)
+    if k == len(dims) - 1:
+        return
+    order = [i for i in range(len(dims)) if i != k] + [k]
+    sch.transform_layout(main.rv, ("write", 0), lambda *idx: [idx[i] for i in order])
+
+
 def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.Schedule]:
     """Schedule a PrimFunc with one reduction block; None when the function has another shape."""
     sch = s_tir.Schedule(func)
@@ -147,9 +175,10 @@ def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.
     v_o, v_i = sch.split(loops[p.v], factors=[None, p.v_inner]) if p.v_inner < main.extents[p.v] \
         else (None, loops[p.v])
     t_oo, t_o, t_i = None, None, None
-    if p.t is not None:
-        t_block = p.t_block or main.extents[p.t]
-        t_oo, t_o, t_i = sch.split(loops[p.t], factors=[None, t_block // p.t_inner, p.t_inner])
+    if p.t is not None and p.t_block:
+        t_oo, t_o, t_i = sch.split(loops[p.t], factors=[None, p.t_block // p.t_inner, p.t_inner])
+    elif p.t is not None:
+        t_o, t_i = sch.split(loops[p.t], factors=[None, p.t_inner])
     # cache blocks of the tile axis outermost (their broadcast operand stays in L2 while the spatial tiles
     # stream by), then the spatial tiles, then the register tiles of the block (the vector operand stays in L1)
     outer = [t_oo] if t_oo is not None else []
@@ -173,6 +202,8 @@ def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.
         fused = None
     # accumulator: a local tile written back by the epilogue (or a copy stage) computed at the tile
     writer = _attach_writer(sch, main, epilogue[0] if epilogue else None, fused)
+    if writer is not None or epilogue:  # the main block writes an intermediate: lay it out for the vectors
+        _vector_axis_last(sch, main, p)
     if writer is not None:
         w_loops = sch.get_loops(writer)[1 if fused is not None else 0:]
         if w_loops:

@@ -14,6 +14,7 @@ from tvm.target import Target
 
 from .apply import CpuSchedule
 from .common import vector_lanes
+from .conv_layout import ConvWeightsIHWO
 from .pad_width import PadConvWidth
 
 PIPELINE_NAME = "taso-schedule"
@@ -21,6 +22,13 @@ PIPELINE_NAME = "taso-schedule"
 
 def _resolve(target: Optional[Target]) -> Target:
     return target or Target.current(allow_none=True) or Target({"kind": "llvm"})
+
+
+def graph_passes(target: Target) -> list:
+    """The Relax-level layout passes the schedules want on llvm: conv weights in IHWO where the output channels
+    vectorize better, then the remaining conv widths padded to whole vector halves."""
+    granule = max(vector_lanes(target) // 2, 1)
+    return [ConvWeightsIHWO(granule), PadConvWidth(granule)]
 
 
 def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None) -> list:
@@ -31,8 +39,7 @@ def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None) -> 
 
     if target.kind.name != "llvm":
         return [relax.get_default_pipeline(target)]
-    granule = max(vector_lanes(target) // 2, 1)
-    return ([PadConvWidth(granule)] + P.library_dispatch_passes(target) + P.legalize_passes(target)
+    return (graph_passes(target) + P.library_dispatch_passes(target) + P.legalize_passes(target)
             + [scheduler or CpuSchedule(target)]
             + P.dataflow_lower_passes(target) + P.finalize_passes(target))
 
@@ -43,9 +50,8 @@ def schedule_module(mod: tvm.IRModule, target: Target) -> tuple:
     from tvm.relax.backend.cpu_generic import pipeline as P
 
     scheduler = CpuSchedule(target)
-    granule = max(vector_lanes(target) // 2, 1)
     with target:
-        out = tvm.transform.Sequential([PadConvWidth(granule)] + P.library_dispatch_passes(target)
+        out = tvm.transform.Sequential(graph_passes(target) + P.library_dispatch_passes(target)
                                        + P.legalize_passes(target) + [scheduler])(mod)
     return out, scheduler.report
 
