@@ -13,6 +13,7 @@ Schedule, for the output tile [t_i x v_i] of each outer iteration:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,6 +28,8 @@ MAX_ROW_TILE = 8  # at most this many rows of the tile axis per tile
 # vectors over a channel axis: the rows are broadcast scalars straight from memory, so all but a few of the
 # registers can hold accumulators (AVX-512: 32 registers)
 WIDE_ACCUMULATORS, WIDE_VECTOR_BITS = 24, 512
+MIN_PARALLEL_MACS = 1 << 17  # smaller kernels (< ~10 us) run on one thread: a parallel launch costs more
+STREAM_VECTORS = 16  # vectors per row of a tile with no register-tile axis (long contiguous runs of weights)
 MIN_DIVISOR_ROWS = 6  # a divisor of the row axis at least this big beats a tail tile
 CACHE_BLOCK_BYTES = 256 * 1024  # the broadcast operand's panel of one cache block stays within L2
 ELEMENT_BYTES = 4
@@ -116,6 +119,9 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
             t_inner = _divisor_at_most(main.extents[t], rows)
         if t_inner == 1:
             t = None
+    if t is None and v_inner % lanes == 0:  # no row reuse (vector-matrix): stream longer contiguous rows
+        v_inner = max(c for c in range(v_inner, min(v_extent, STREAM_VECTORS * lanes) + 1, lanes)
+                      if v_extent % c == 0)
     t_block = 0
     if t is not None:
         reduce_size = 1
@@ -215,7 +221,8 @@ def schedule_contraction(func: tirx.PrimFunc, target: Target) -> Optional[s_tir.
     sch.reorder(*outer, *reduce, *inner)
     if outer:
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-        sch.parallel(fused)
+        if math.prod(main.extents) >= MIN_PARALLEL_MACS:
+            sch.parallel(fused)
     else:
         fused = None
     # accumulator: a local tile written back by the epilogue (or a copy stage) computed at the tile
