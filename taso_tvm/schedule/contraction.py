@@ -120,8 +120,8 @@ def plan(main: BlockFacts, lanes: int) -> Optional[Plan]:
         if t_inner == 1:
             t = None
     if t is None and v_inner % lanes == 0:  # no row reuse (vector-matrix): stream longer contiguous rows
-        v_inner = max(c for c in range(v_inner, min(v_extent, STREAM_VECTORS * lanes) + 1, lanes)
-                      if v_extent % c == 0)
+        v_inner = max((c for c in range(v_inner, min(v_extent, STREAM_VECTORS * lanes) + 1, lanes)
+                       if v_extent % c == 0), default=v_inner)
     t_block = 0
     if t is not None:
         reduce_size = 1
