@@ -1,14 +1,18 @@
 """The contraction rule: one reduction block with spatial output axes (conv2d in any stride, padding, groups or
 depthwise form, matmul, dense, batch matmul, pooling) plus spatial producers (padding) and an element-wise epilogue
-(bias, ReLU, residual add).
+(bias, ReLU, residual add, a width slice).
 
 Schedule, for the output tile [t_i x v_i] of each outer iteration:
-- the vector axis v is the output's innermost axis; its inner part v_i is vectorized;
-- the register-tile axis t is a spatial axis that the read feeding v does not use (conv: the output channel, since
-  the input row is shared by all of them; matmul: the row, since the weight row is shared), unrolled by t_i;
-- the accumulator tile lives in a local buffer (the epilogue's input, or a cache_write stage), written back
-  through the epilogue computed at the tile;
-- all outer loops fused and parallel; producers (padding) get their own parallel, vectorized nest;
+- the vector axis v is one every read using it reads contiguously: the output channels when they fill whole
+  vector halves and a read runs along them (a conv with IHWO weights, see conv_layout.py), else the output's
+  innermost axis (the width of an OIHW conv, widened by pad_width.py; the columns of a matmul); v_i is vectorized;
+- the register-tile axis t is a spatial axis that the reads feeding v do not use (IHWO conv: the width, read as
+  broadcast scalars; OIHW conv: the output channel; matmul: the row), unrolled by t_i;
+- t is blocked so that the broadcast operand's panel stays in L2 while the spatial tiles stream by;
+- the accumulator tile lives in a local buffer (the epilogue's input, or a cache_write stage), laid out with v
+  innermost and written back through the epilogue computed at the tile;
+- all outer loops fused and parallel (not for tiny kernels); producers (padding) get their own parallel,
+  vectorized nest;
 - vectorize and unroll before `decompose_reduction` (after it, the init block would break the compact dataflow).
 """
 from __future__ import annotations

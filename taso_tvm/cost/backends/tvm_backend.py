@@ -241,7 +241,9 @@ class TvmBackend(Backend):
 
         dev = self._device()
         vm = relax.VirtualMachine(self._load(path), dev)
-        args = [self._tvm.runtime.tensor(self._array(tuple(s), d), dev) for s, d, _ in sig.inputs]
+        bound = self.kind == "llvm" and not all(w for _, _, w in sig.inputs)  # see tvm_build.bind_weights
+        args = [self._tvm.runtime.tensor(self._array(tuple(s), d), dev) for s, d, w in sig.inputs
+                if not (bound and w)]
         number = self.config.number or 1
         min_ms = 0 if self.config.number else int(math.ceil(self.config.min_repeat_ms))
         res = vm.time_evaluator("main", dev, number=number, repeat=max(3, self.config.repeat),

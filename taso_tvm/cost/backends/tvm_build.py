@@ -36,6 +36,33 @@ def kernel_pipeline(tgt):
     return relax.get_default_pipeline(tgt)
 
 
+WEIGHT_SEED = 0
+
+
+def weights_bound(tgt) -> bool:
+    """Whether kernels for `tgt` are built with their weights as constants: on llvm, where the CPU schedules'
+    layout passes fold into constant weights (conv weights in IHWO) as in the whole-model build."""
+    return tgt.kind.name == "llvm"
+
+
+def bind_weights(mod, sig):
+    """`mod` with the kernel's weight parameters bound to seeded random constants (the data stays parameters)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(WEIGHT_SEED)
+    values = {}
+    for i, (shape, dtype, is_weight) in enumerate(sig.inputs):
+        if is_weight:
+            arr = rng.standard_normal(shape) * 0.1 if np.issubdtype(np.dtype(dtype), np.floating) \
+                else np.zeros(shape)
+            values[f"p{i}"] = tvm.runtime.tensor(arr.astype(dtype))
+    if not values or len(values) == len(sig.inputs):
+        return mod  # a kernel of weights only is folded away in a real build; keep it measurable
+    return relax.transform.BindParams("main", values)(mod)
+
+
 def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: str) \
         -> tuple[Optional[str], Optional[str], float]:
     """(library path, None, seconds) on success, (None, one-line reason, seconds) on failure."""
@@ -48,8 +75,11 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
         from ..kernel import KernelSig
         from ..relax_kernel import kernel_module
 
-        mod = kernel_module(KernelSig.make(*payload))
+        sig = KernelSig.make(*payload)
+        mod = kernel_module(sig)
         tgt = tvm.target.Target(target, host=host) if host else tvm.target.Target(target)
+        if weights_bound(tgt):
+            mod = bind_weights(mod, sig)
         ex = tvm.compile(mod, target=tgt, relax_pipeline=kernel_pipeline(tgt))
         ex.export_library(out_path)
         return out_path, None, time.perf_counter() - t0
