@@ -217,14 +217,15 @@ class Graph:
         return self.to_tensor_graph().evaluate(feeds)
 
 
-def graph_module(graph: TensorGraph, name: str = "main") -> Any:
-    """A TensorGraph as a Relax IRModule: one function whose parameters are the inputs in creation order."""
+def graph_module(graph: TensorGraph, name: str = "main", opaque_vars: Optional[dict] = None) -> Any:
+    """A TensorGraph as a Relax IRModule: one function whose parameters are the inputs in creation order.
+    `opaque_vars`: the Relax vars each opaque node's expression reads, by node key and input position."""
     import tvm
 
     from .relay_pass.lower import lower_to_function
 
     order = [n.attrs["name"] for n in sorted(graph.inputs(), key=lambda n: n.id)]
-    func = lower_to_function(graph, name, params=order).with_attr("global_symbol", name)
+    func = lower_to_function(graph, name, params=order, opaque_vars=opaque_vars).with_attr("global_symbol", name)
     return tvm.IRModule({name: func})
 
 

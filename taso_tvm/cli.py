@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-DELEGATED = {"cost": ("taso_tvm.cli_cost", "cost of each kernel of a model and the total (TASO's cost())"),
+DELEGATED = {"bench": ("taso_tvm.cli_bench", "time a model as users run it, original against taso-tvm, side by side"),
+             "cost": ("taso_tvm.cli_cost", "cost of each kernel of a model and the total (TASO's cost())"),
              "rules": ("taso_tvm.cli_rules", "verify and list the rewrite rules (Z3 proofs, cached)")}
 
 

@@ -1,4 +1,8 @@
-"""`taso-tvm cost MODEL.onnx`: each kernel's cost and the total (TASO's `cost()` / `print_measurements`)."""
+"""`taso-tvm cost MODEL.onnx`: each kernel's cost and the total (TASO's `cost()` / `print_measurements`).
+
+`taso-tvm cost export-kernels MODEL.onnx --out DIR` and `taso-tvm cost import-timings DIR TIMINGS.json`: kernel
+timings measured on another machine (a GPU without TVM's compiler) into the cost cache (cost.kernel_exchange).
+"""
 from __future__ import annotations
 
 import argparse
@@ -28,10 +32,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _graphs(path: str) -> list:
-    from .onnx_io import load_onnx
     from .relay_pass.lift import lift_function
 
-    mod = load_onnx(path)
+    mod = _load(path)
     return [b.graph for b in lift_function(mod["main"])]
 
 
@@ -46,10 +49,87 @@ def _finite(v):
     return v
 
 
+def _exchange_parser(command: str) -> argparse.ArgumentParser:
+    if command == "export-kernels":
+        p = argparse.ArgumentParser(
+            prog="taso-tvm cost export-kernels",
+            description="Build the kernels a search of MODEL would measure (those the cost cache lacks for the "
+                        "device) for the target, into a folder that carries them, TVM's runtime and the script "
+                        "that times them on the device (time_kernels.py).")
+        p.add_argument("model", help="ONNX file")
+        p.add_argument("--out", required=True, help="new folder to write")
+        p.add_argument("--target", help="llvm, cuda or a JSON target dict (default: from config)")
+        p.add_argument("--device", help="cache name of the device (as time_kernels.py printed it), so kernels "
+                                        "already imported for it are not exported again")
+        p.add_argument("--no-runtime", action="store_true", help="leave TVM's runtime out of the folder")
+    else:
+        p = argparse.ArgumentParser(
+            prog="taso-tvm cost import-timings",
+            description="Store the timings time_kernels.py wrote on the device in the cost cache; then a search "
+                        "with backend tvm, the export's target and `device: NAME` reads them as measured.")
+        p.add_argument("folder", help="the folder export-kernels wrote")
+        p.add_argument("timings", help="timings JSON written on the device")
+    p.add_argument("--config", help="cost config YAML (e.g. configs/cuda.yaml)")
+    p.add_argument("--cache", help="cost cache file (default: from config)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress and warnings")
+    return p
+
+
+def _export_kernels(args: argparse.Namespace) -> int:
+    from .cost.kernel_exchange import export_kernels, recording_cost_model
+    from .relay_pass import TasoOptimize
+
+    cfg = load_cost_config(args.config, target=args.target, cache=args.cache, device=args.device)
+    mod = _load(args.model)
+    with recording_cost_model(cfg) as cm:
+        TasoOptimize(cost=cm, config=args.config)(mod)
+        sigs = list(cm.backend.missing)
+        known = cm.cache_hits
+    if not sigs:
+        print(f"nothing to export: the cache holds all {known} kernels the search asked for")
+        return 0
+    rep = export_kernels(sigs, cfg, args.out, runtime=not args.no_runtime)
+    print(f"exported {rep.built} kernels ({len(rep.failed)} failed to build; {known} already in the cache) to "
+          f"{rep.folder}, {rep.bytes / 2**20:.1f} MiB")
+    print(f"on the device: cd {rep.folder.name} && TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 time_kernels.py")
+    return 0
+
+
+def _import_timings(args: argparse.Namespace) -> int:
+    from .cost.kernel_exchange import import_timings
+
+    cfg = load_cost_config(args.config, cache=args.cache)
+    if cfg.cache_path is None:
+        print("error: import-timings needs a cost cache file (--cache or the config's cache)", file=sys.stderr)
+        return 2
+    rep = import_timings(args.folder, args.timings, cfg.cache_path)
+    print(f"imported {rep.measured} kernel timings of {rep.device} into {cfg.cache_path} ({rep.run_failed} "
+          f"failed to run, {rep.build_failed} to build); search with backend tvm and device '{rep.device}'")
+    return 0
+
+
+def _exchange(command: str, argv: list) -> int:
+    args = _exchange_parser(command).parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return _export_kernels(args) if command == "export-kernels" else _import_timings(args)
+    except TasoError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
+
+
+def _load(path: str):
+    from .onnx_io import load_onnx
+
+    return load_onnx(path)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["cost"]:
         argv = argv[1:]
+    if argv[:1] in (["export-kernels"], ["import-timings"]):
+        return _exchange(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     from .cost.model import CostModel

@@ -48,6 +48,9 @@ class CostConfig:
     build_timeout_s: float = 600.0
     rpc: Optional[str] = None  # "HOST:PORT:KEY" of a TVM RPC tracker
     rpc_timeout_s: float = 60.0
+    # the cache's name for the device measured on, e.g. "cuda:NVIDIA H200:sm_90" for kernel timings imported from
+    # a GPU machine (cost.kernel_exchange); None: this machine's device (or the rpc key)
+    device: Optional[str] = None
     cache: Optional[str] = DEFAULT_CACHE  # None or "": no persistent cache
     progress: bool = True
     roofline: dict[str, dict[str, float]] = field(default_factory=lambda: {k: dict(v) for k, v in
@@ -120,7 +123,7 @@ def _check_type(name: str, v: Any, where: str) -> None:
     elif name in _FLOATS:
         if not (_number(v) and v >= _FLOATS[name]):
             bad = "a finite number >= 0" if _FLOATS[name] == 0 else "a finite number > 0"
-    elif name in ("backend", "rpc", "cache"):
+    elif name in ("backend", "rpc", "cache", "device"):
         if not (isinstance(v, str) or (v is None and name != "backend")):
             bad = "a string"
     elif name == "target":

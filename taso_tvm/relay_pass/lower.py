@@ -153,9 +153,10 @@ def _is_block_output(v: Any) -> bool:
     return isinstance(v, relax.Var) and not isinstance(v, relax.DataflowVar)
 
 
-def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None
-                      ) -> relax.Function:
-    """A standalone Relax function for a graph: its inputs become parameters (in `params` order if given)."""
+def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None,
+                      opaque_vars: Optional[Mapping[str, Mapping[int, Any]]] = None) -> relax.Function:
+    """A standalone Relax function for a graph: its inputs become parameters (in `params` order if given).
+    `opaque_vars`: for each opaque node's key, the Relax var its expression reads at each input position."""
     in_nodes = {n.attrs["name"]: n for n in graph.inputs()}
     order = list(params) if params is not None else sorted(in_nodes)
     pvars = []
@@ -165,7 +166,8 @@ def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[S
     bb = relax.BlockBuilder()
     with bb.function(name, pvars):
         with bb.dataflow():
-            outs = lower_graph(graph, bb, dict(zip(order, pvars)), outputs_as=[True] * len(graph.outputs))
+            outs = lower_graph(graph, bb, dict(zip(order, pvars)), outputs_as=[True] * len(graph.outputs),
+                               opaque_vars=opaque_vars)
         ret = outs[0] if len(outs) == 1 else relax.Tuple(outs)
         bb.emit_func_output(ret)
     return bb.get()[name]

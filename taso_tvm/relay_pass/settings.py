@@ -115,5 +115,18 @@ def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:
             for k in ("cost", "rules"):
                 if s[k] is not None:
                     out[k] = s[k]
+    cost = explicit.get("cost")
+    if isinstance(cost, str) and isinstance(out["cost"], str) and _is_backend(cost) and not _is_backend(out["cost"]):
+        # a backend named on top of a settings file: that file's other cost settings (cache, target...) still hold
+        from ..cost.config import load_cost_config
+
+        out["cost"] = load_cost_config(out["cost"], backend=cost)
+        explicit = {k: v for k, v in explicit.items() if k != "cost"}
     out.update({k: v for k, v in explicit.items() if v is not None})
     return out
+
+
+def _is_backend(name: str) -> bool:
+    from ..cost.config import BACKENDS
+
+    return name in BACKENDS

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -80,7 +82,12 @@ def _resolve_cost(cost: Any, target: Optional[tvm.target.Target], runtime: str =
     if hasattr(cost, "graph_cost") or callable(cost):
         return cost, False
     from ..cost import CostModel, load_cost_config
-    from ..cost.config import BACKENDS, resolve_backend
+    from ..cost.config import BACKENDS, CostConfig, resolve_backend
+
+    if isinstance(cost, CostConfig):  # settings already merged (a file plus a backend named on top of it)
+        spec = _target_spec(target)
+        cfg = dataclasses.replace(cost, target=spec) if spec is not None else cost
+        return CostModel(resolve_backend(cfg, runtime)), True
 
     overrides = {}
     spec = _target_spec(target)

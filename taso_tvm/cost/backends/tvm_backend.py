@@ -81,7 +81,9 @@ class TvmBackend(Backend):
 
     def scope(self) -> tuple[str, str, str, str]:
         target = json.dumps({"target": self.target, "host": self.host}, sort_keys=True)
-        if self.rpc:
+        if self.config.device:
+            device = self.config.device  # timings measured elsewhere and imported (cost.kernel_exchange)
+        elif self.rpc:
             device = f"rpc:{parse_rpc(self.rpc)[2]}:{self.kind}"
         elif self.kind == "cuda":
             device = cuda_identity()
@@ -212,6 +214,10 @@ class TvmBackend(Backend):
                 self._session = connect(self.rpc, self.config.rpc_timeout_s)
             return self._session.cpu(0) if self.kind == "llvm" else self._session.cuda(0)
         dev = self._tvm.cpu(0) if self.kind == "llvm" else self._tvm.cuda(0)
+        if not dev.exist and self.config.device:
+            raise RuntimeError(f"kernels missing from the timings of device '{self.config.device}' and no CUDA "
+                               f"device here: export them (taso-tvm cost export-kernels), time them on that device "
+                               f"and import the timings")
         if not dev.exist:
             raise RuntimeError("no CUDA device on this machine: measure on a GPU machine or through rpc "
                                "(HOST:PORT:KEY)")

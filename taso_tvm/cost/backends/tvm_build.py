@@ -69,7 +69,9 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
     t0 = time.perf_counter()
     try:
         if target.get("kind") == "cuda":
-            os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+            from ...cuda_build import enable_cuda_codegen
+
+            enable_cuda_codegen()  # kernels compiled now (cubin), also on a machine without a GPU
         import tvm
 
         from ..kernel import KernelSig
@@ -80,7 +82,8 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
         tgt = tvm.target.Target(target, host=host) if host else tvm.target.Target(target)
         if weights_bound(tgt):
             mod = bind_weights(mod, sig)
-        ex = tvm.compile(mod, target=tgt, relax_pipeline=kernel_pipeline(tgt))
+        with tgt:  # nvcc takes the architecture from the current target when there is no GPU to ask
+            ex = tvm.compile(mod, target=tgt, relax_pipeline=kernel_pipeline(tgt))
         ex.export_library(out_path)
         return out_path, None, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001  (any failure is a failed kernel, reported in one line)

@@ -1,8 +1,8 @@
-"""Tutorial 1: TASO's own example with `import taso_tvm as taso`.
+"""Tutorial 2: TASO's own example with `import taso_tvm as taso`.
 
 Build TASO's README graph, optimize it, check it computes the same, and export it to ONNX.
 
-    python tutorials/01_taso_api.py
+    python tutorials/02_taso_api.py
 """
 import numpy as np
 import onnxruntime as ort
