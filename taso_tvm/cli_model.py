@@ -301,7 +301,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     else:
         new_mod = mod
     pipeline = build_pipeline(target, args.no_schedule)
-    ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
+    with target:  # nvcc takes the architecture from the current target when there is no GPU to ask
+        ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
     timing, decision = None, ""
     runnable = target.kind.name == "llvm" and report is not None and report.total is not None \
         and bool(report.total.rules_applied)
