@@ -10,7 +10,7 @@ from .blocks import BlockFacts, FuncFacts, block_facts
 
 DEFAULT_VECTOR_BITS = 128  # when the target does not say (SSE, NEON)
 MAX_WHOLE_VECTOR = 4  # an inner loop up to this many vectors long is vectorized whole rather than split
-MIN_PARALLEL_WORK = 16384  # fewer elements than this in a spatial block: run it serially (threads cost more)
+MIN_PARALLEL_WORK = 1 << 16  # fewer elements than this in a spatial block: run it serially (threads cost more)
 
 
 def vector_lanes(target: Target, bits: int = 32) -> int:

@@ -32,7 +32,7 @@ MAX_ROW_TILE = 8  # at most this many rows of the tile axis per tile
 # vectors over a channel axis: the rows are broadcast scalars straight from memory, so all but a few of the
 # registers can hold accumulators (AVX-512: 32 registers)
 WIDE_ACCUMULATORS, WIDE_VECTOR_BITS = 24, 512
-MIN_PARALLEL_MACS = 1 << 17  # smaller kernels (< ~10 us) run on one thread: a parallel launch costs more
+MIN_PARALLEL_MACS = 1 << 21  # smaller kernels (< ~0.1 ms) run on one thread: a launch waits for a busy core
 STREAM_VECTORS = 16  # vectors per row of a tile with no register-tile axis (long contiguous runs of weights)
 MIN_DIVISOR_ROWS = 6  # a divisor of the row axis at least this big beats a tail tile
 CACHE_BLOCK_BYTES = 256 * 1024  # the broadcast operand's panel of one cache block stays within L2
