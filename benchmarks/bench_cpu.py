@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     names = args.models.split(",") if args.models else ZOO
     print(f"target {target}; TVM threads {used}, ORT threads {args.threads}"
           f"{'; thread pools not spinning' if args.no_spin else ''}; load before: {_load()}")
-    print(f"{'model':14s} {'ORT ms':>9s} {'TVM ms':>9s} {'TVM/ORT':>8s} {'95% CI':>15s} {'build s':>8s} {'rel err':>9s}")
+    print(f"{'model':14s} {'ORT ms':>9s} {'TVM ms':>9s} {'TVM/ORT':>8s} {'95% CI':>15s} {'build s':>8s} "
+          f"{'rel err':>9s}")
     rows = []
     for name in names:
         kwargs = {"layers": args.bert_layers} if name == "bert" else {}

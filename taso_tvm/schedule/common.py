@@ -1,4 +1,4 @@
-"""Schedule steps the rules share: vector width, inlining, and the parallel + vectorized loop nest of a spatial block."""
+"""Schedule steps the rules share: vector width, inlining, the parallel + vectorized loop nest of a spatial block."""
 from __future__ import annotations
 
 from typing import Optional
