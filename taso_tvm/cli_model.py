@@ -301,6 +301,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     else:
         new_mod = mod
     pipeline = build_pipeline(target, args.no_schedule)
+    if target.kind.name == "cuda":  # kernels compiled now (cubins): the GPU machine needs only its driver
+        from .cuda_build import enable_cuda_codegen
+
+        enable_cuda_codegen()
     with target:  # nvcc takes the architecture from the current target when there is no GPU to ask
         ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
     timing, decision = None, ""
