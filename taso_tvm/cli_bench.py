@@ -179,7 +179,9 @@ def time_tvm(model: Any, feeds: dict, row: BenchRow, shapes: Optional[dict], thr
 
     want = list(run_onnx(model, feeds, threads=threads).values())
     mod = load_onnx(model, shapes=shapes)
-    target = tvm.target.Target({"kind": "llvm", "num-cores": threads})
+    from .schedule import with_host_cpu
+
+    target = tvm.target.Target(with_host_cpu({"kind": "llvm", "num-cores": threads}))  # this CPU, not SSE2
     args = [feeds[str(p.name)] for p in mod["main"].params]
     runners, names = [], []
     for name in TVM_COLUMNS:

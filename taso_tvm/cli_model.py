@@ -50,6 +50,10 @@ def parse_target(text: Optional[str]) -> Any:
     except CostConfigError as e:
         raise CLIError(str(e)) from None
     host = spec.pop("host", None)
+    if spec["kind"] == "llvm":
+        from .schedule import with_host_cpu
+
+        spec = with_host_cpu(spec)  # a bare llvm target would get generic x86-64 code: build for this CPU
     if spec["kind"] == "cuda":
         spec.setdefault("arch", "sm_90")
         host = host or {"kind": "llvm"}
@@ -268,6 +272,13 @@ def _export_library(ex: Any, path: str) -> None:
             os.unlink(tmp)
 
 
+def set_num_threads(n: int) -> int:
+    """Set the TVM runtime's thread count (0: TVM's choice); the count in use, for the report."""
+    from .schedule import set_num_threads as _set
+
+    return _set(n or None)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     import tvm
     from tvm import relax
@@ -278,8 +289,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _writable(args.output)
     _tolerances(args)
     target = parse_target(args.target)
-    if args.threads:
-        os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    threads = set_num_threads(args.threads)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, _ = read_onnx(args.model)
     mod = _import_for_tvm(proto, shapes)
@@ -290,14 +300,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
         new_mod, report = _optimize_module(mod, settings)
     else:
         new_mod = mod
-    pipeline = relax.get_default_pipeline(target)
-    ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
+    pipeline = build_pipeline(target, args.no_schedule)
+    if target.kind.name == "cuda":  # kernels compiled now (cubins): the GPU machine needs only its driver
+        from .cuda_build import enable_cuda_codegen
+
+        enable_cuda_codegen()
+    with target:  # nvcc takes the architecture from the current target when there is no GPU to ask
+        ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
     timing, decision = None, ""
     runnable = target.kind.name == "llvm" and report is not None and report.total is not None \
         and bool(report.total.rules_applied)
     if runnable and not (args.no_check and args.no_time_check):
         feeds = random_feeds(proto, shapes)
-        ref = tvm.compile(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
+        ref = tvm.compile(mod, target=target, relax_pipeline=build_pipeline(target, args.no_schedule))
         if not args.no_check:
             compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(ref, feeds), args.rtol,
                     args.atol)
@@ -321,7 +336,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"{'written':24s}{decision or ('the optimized module' if rewritten else 'no rewrite was found')}")
     else:
         print(f"written to {args.output}")
+    if target.kind.name == "llvm":
+        print(f"{'build':24s}{'TVM default pipeline' if args.no_schedule else 'CPU schedules'} for {target}; "
+              f"TVM runtime threads: {threads}")
     return 0
+
+
+def build_pipeline(target: Any, no_schedule: bool = False) -> Any:
+    """The Relax pipeline `compile` builds with: the CPU schedules on llvm (unless `no_schedule`), else the
+    target's default pipeline."""
+    from tvm import relax
+
+    if target.kind.name == "llvm" and not no_schedule:
+        from .schedule import schedule_pipeline
+
+        return schedule_pipeline(target)
+    return relax.get_default_pipeline(target)
 
 
 def vm_outputs(ex: Any, feeds: dict, device: Any = None) -> list:
@@ -354,6 +384,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lib = tvm.runtime.load_module(args.module)
     except Exception as e:
         raise CLIError(f"'{args.module}' is not a TVM module: {str(e).splitlines()[-1]}") from None
+    threads = set_num_threads(args.threads) if args.device == "cpu" else None
     dev = tvm.cuda() if args.device == "cuda" else tvm.cpu()
     vm = relax.VirtualMachine(lib, dev)
     func = vm["main"]
@@ -379,7 +410,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         timer = vm.time_evaluator("main", dev, number=1, repeat=max(1, args.repeat))
         res = timer(*tensors)
         print(f"latency: median {res.median * 1e3:.3f} ms, mean {res.mean * 1e3:.3f} ms, std {res.std * 1e3:.3f} ms "
-              f"({max(1, args.repeat)} runs)")
+              f"({max(1, args.repeat)} runs" + (f", {threads} TVM thread(s))" if threads else ")"))
     return 0
 
 
@@ -460,7 +491,10 @@ def add_model_commands(sub: Any) -> None:
                    help="keep the optimized module without timing it against the original (llvm only)")
     c.add_argument("--time-cap", type=float, default=20.0,
                    help="seconds the original-vs-optimized timing may take (default 20)")
-    c.add_argument("--threads", type=int, default=0, help="TVM runtime threads (TVM_NUM_THREADS; default: TVM's)")
+    c.add_argument("--threads", type=int, default=0,
+                   help="TVM runtime threads for the checks and timing (default: TVM's, the physical cores)")
+    c.add_argument("--no-schedule", action="store_true",
+                   help="build with TVM's default pipeline instead of the CPU schedules (llvm)")
     common(c)
     c.set_defaults(func=cmd_compile)
 
@@ -471,4 +505,5 @@ def add_model_commands(sub: Any) -> None:
     r.add_argument("--print-time", action="store_true")
     r.add_argument("--repeat", type=int, default=10)
     r.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    r.add_argument("--threads", type=int, default=0, help="TVM runtime threads on cpu (default: TVM's)")
     r.set_defaults(func=cmd_run)

@@ -111,3 +111,6 @@ def test_compile_for_cuda_builds_without_a_gpu(tmp_path, config, capsys):
     so = tmp_path / "seed_cuda.so"
     assert main(["compile", str(path), "--target", "cuda", "-o", str(so), "--config", str(config)]) == 0
     assert so.stat().st_size > 0 and (tmp_path / "seed_cuda.so.inputs.json").exists()
+    from taso_tvm.cuda_build import device_code_formats
+
+    assert device_code_formats(so) == {"cubin"}  # compiled here: the GPU machine needs no nvcc

@@ -2,7 +2,7 @@
 
     mod = TasoOptimize()(mod)                              # the default search settings (relay_pass.settings)
     mod = TasoOptimize(budget=50, time_limit=30.0)(mod)    # or settings of one's own
-    ex = tvm.compile(mod, target, relax_pipeline="taso")   # TasoOptimize, then the target's default pipeline
+    ex = tvm.compile(mod, target, relax_pipeline="taso")   # TasoOptimize, then the build (CPU schedules on llvm)
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tvm import relax
 
 from ..check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
 from ..graph import TensorGraph, fold_weights
+from ..schedule import schedule_pipeline
 from ..search import SearchConfig, SearchStats, optimize_graph
 from .lift import LiftedBlock
 from .rewrite import rewrite_module
@@ -179,12 +180,15 @@ class TasoOptimize:
 
 
 def taso_pipeline(target: Optional[tvm.target.Target] = None, **settings: Any) -> tvm.transform.Pass:
-    """TasoOptimize followed by the target's default Relax pipeline."""
+    """TasoOptimize followed by the target's Relax build pipeline: on llvm the one with CPU schedules
+    ("taso-schedule", `taso_tvm.schedule`), elsewhere the target's default pipeline."""
 
     @tvm.transform.module_pass(opt_level=0, name="TasoPipeline")
     def _pipeline(mod: tvm.IRModule, ctx: Any) -> tvm.IRModule:
         tgt = target or tvm.target.Target.current(allow_none=True) or tvm.target.Target({"kind": "llvm"})
         mod = TasoOptimize(target=tgt, **settings)(mod)
+        if tgt.kind.name == "llvm":
+            return schedule_pipeline(tgt)(mod)
         return relax.get_default_pipeline(tgt)(mod)
 
     return _pipeline

@@ -215,7 +215,10 @@ class TasoGraph(Graph):
 
         mod = self.to_relax()
         pipeline = "taso-schedule" if "taso-schedule" in relax.pipeline.PIPELINE_MAP else "default"
-        ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm", "num-cores": threads}), relax_pipeline=pipeline)
+        from ..schedule import with_host_cpu
+
+        target = tvm.target.Target(with_host_cpu({"kind": "llvm", "num-cores": threads}))  # this CPU, not SSE2
+        ex = tvm.compile(mod, target, relax_pipeline=pipeline)
         args = relax_inputs(mod["main"])
         return measure(vm_runner(ex, args), time_cap=5.0, max_rounds=50).median * 1e3
 

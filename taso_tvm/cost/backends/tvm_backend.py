@@ -1,5 +1,5 @@
-"""Measure kernels built by TVM: each kernel a tiny Relax function compiled with the target's default pipeline
-(`relax.get_default_pipeline`, dlight on CUDA), timed with the VM's `time_evaluator`, locally or on a remote
+"""Measure kernels built by TVM: each kernel a tiny Relax function compiled as the target's modules are (the CPU
+schedules of `taso_tvm.schedule` on llvm, for the host CPU when the target names none; dlight on CUDA), timed with the VM's `time_evaluator`, locally or on a remote
 device through a TVM RPC tracker.
 
 The kernels of one batch are built in parallel (build_jobs - 1 spawned workers plus this process, each exporting a
@@ -32,6 +32,8 @@ from .analytic import AnalyticBackend
 from .base import Backend, Measurement
 from .rpc import RpcError, connect
 from .tvm_build import build_kernel, failure_reason, warm_up
+from ...schedule.target import SCHEDULE_VERSION, with_host_cpu
+from ...schedule.threads import set_num_threads
 from ...quiet import sigint_blocked
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ class TvmBackend(Backend):
         self.kind = self.target["kind"]
         if self.kind == "cuda":
             self.target.setdefault("arch", self._local_cuda_arch() or "sm_90")
+        if self.kind == "llvm" and not self.rpc:
+            self.target = with_host_cpu(self.target)  # measured here: build for this CPU, as the CLI does
         self.host: Optional[dict] = {"kind": "llvm"} if self.kind == "cuda" else None
         self._pool: Optional[cf.ProcessPoolExecutor] = None
         self._session: Any = None
@@ -72,13 +76,8 @@ class TvmBackend(Backend):
         return f"sm_{str(dev.compute_version).replace('.', '')}" if dev.exist else None
 
     def _set_threads(self, n: int) -> None:
-        os.environ["TVM_NUM_THREADS"] = str(n)
-        fn = self._tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
-        if fn is not None:
-            try:
-                fn(1, n)
-            except Exception as e:  # noqa: BLE001
-                log.debug("could not set the TVM thread pool to %d threads: %s", n, failure_reason(e))
+        self.threads_used = set_num_threads(n)
+        log.info("TVM cost backend: kernels measured with %d thread(s)", self.threads_used)
 
     def scope(self) -> tuple[str, str, str, str]:
         target = json.dumps({"target": self.target, "host": self.host}, sort_keys=True)
@@ -90,7 +89,10 @@ class TvmBackend(Backend):
             device = cuda_identity()
         else:
             device = cpu_identity(self.config.num_threads)
-        return (self.name, target, device, f"tvm={self._tvm.__version__}")
+        build = f"tvm={self._tvm.__version__}"
+        if self.kind == "llvm":
+            build += f";schedule={SCHEDULE_VERSION}"  # kernels built with other schedules are other kernels
+        return (self.name, target, device, build)
 
     # ------------------------------------------------------------------ building
     def _lib_path(self) -> str:
@@ -245,7 +247,9 @@ class TvmBackend(Backend):
 
         dev = self._device()
         vm = relax.VirtualMachine(self._load(path), dev)
-        args = [self._tvm.runtime.tensor(self._array(tuple(s), d), dev) for s, d, _ in sig.inputs]
+        bound = self.kind == "llvm" and not all(w for _, _, w in sig.inputs)  # see tvm_build.bind_weights
+        args = [self._tvm.runtime.tensor(self._array(tuple(s), d), dev) for s, d, w in sig.inputs
+                if not (bound and w)]
         number = self.config.number or 1
         min_ms = 0 if self.config.number else int(math.ceil(self.config.min_repeat_ms))
         res = vm.time_evaluator("main", dev, number=number, repeat=max(3, self.config.repeat),

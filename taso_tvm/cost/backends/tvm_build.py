@@ -1,4 +1,5 @@
-"""Build one kernel with TVM's default pipeline for the target and export it as a library.
+"""Build one kernel the way the target's modules are built and export it as a library: with the CPU schedules
+("taso-schedule" pipeline, `taso_tvm.schedule`) on llvm, TVM's default pipeline (dlight) on CUDA.
 
 Runs in worker processes (spawned, so each imports TVM once) and in the parent for single kernels; it must stay
 importable and picklable at module level.
@@ -24,6 +25,44 @@ def failure_reason(err: BaseException) -> str:
     return text[:MAX_REASON]
 
 
+def kernel_pipeline(tgt):
+    """The Relax pipeline a kernel of `tgt` is built with: the one its whole modules are built with."""
+    from tvm import relax
+
+    if tgt.kind.name == "llvm":
+        from ...schedule import schedule_pipeline
+
+        return schedule_pipeline(tgt)
+    return relax.get_default_pipeline(tgt)
+
+
+WEIGHT_SEED = 0
+
+
+def weights_bound(tgt) -> bool:
+    """Whether kernels for `tgt` are built with their weights as constants: on llvm, where the CPU schedules'
+    layout passes fold into constant weights (conv weights in IHWO) as in the whole-model build."""
+    return tgt.kind.name == "llvm"
+
+
+def bind_weights(mod, sig):
+    """`mod` with the kernel's weight parameters bound to seeded random constants (the data stays parameters)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(WEIGHT_SEED)
+    values = {}
+    for i, (shape, dtype, is_weight) in enumerate(sig.inputs):
+        if is_weight:
+            arr = rng.standard_normal(shape) * 0.1 if np.issubdtype(np.dtype(dtype), np.floating) \
+                else np.zeros(shape)
+            values[f"p{i}"] = tvm.runtime.tensor(arr.astype(dtype))
+    if not values or len(values) == len(sig.inputs):
+        return mod  # a kernel of weights only is folded away in a real build; keep it measurable
+    return relax.transform.BindParams("main", values)(mod)
+
+
 def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: str) \
         -> tuple[Optional[str], Optional[str], float]:
     """(library path, None, seconds) on success, (None, one-line reason, seconds) on failure."""
@@ -34,15 +73,17 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
 
             enable_cuda_codegen()  # kernels compiled now (cubin), also on a machine without a GPU
         import tvm
-        from tvm import relax
 
         from ..kernel import KernelSig
         from ..relax_kernel import kernel_module
 
-        mod = kernel_module(KernelSig.make(*payload))
+        sig = KernelSig.make(*payload)
+        mod = kernel_module(sig)
         tgt = tvm.target.Target(target, host=host) if host else tvm.target.Target(target)
+        if weights_bound(tgt):
+            mod = bind_weights(mod, sig)
         with tgt:  # nvcc takes the architecture from the current target when there is no GPU to ask
-            ex = tvm.compile(mod, target=tgt, relax_pipeline=relax.get_default_pipeline(tgt))
+            ex = tvm.compile(mod, target=tgt, relax_pipeline=kernel_pipeline(tgt))
         ex.export_library(out_path)
         return out_path, None, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001  (any failure is a failed kernel, reported in one line)
