@@ -311,7 +311,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
         entries.append((c, e, fb if fb["digest"] != e["digest"] else None))
     counts["generalized_distinct"] = len(entries)
     counts["pruned_instance_of_general"] = len(general) - len(forms)
-    statuses = _verify_entries(s, entries, jobs, use_cache, counts)
+    statuses = _verify_entries(s, entries, jobs, use_cache, counts, progress)
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
     kept = [(c, e, st) for (c, e, st) in statuses if st.ok]
     kept.sort(key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"]))
@@ -333,9 +333,23 @@ def _doc(s: Settings, c, st) -> str:
     return f"generated ({s.describe()}); fingerprint {c.fingerprint}; proof {st.proof}"
 
 
-def _verify_entries(s: Settings, entries: list, jobs: int, use_cache: bool, counts: dict) -> list:
+VERIFY_CHUNK = 64  # rules per verifier batch: each batch's verdicts are cached, so an interrupted run resumes
+
+
+def _verify_entries(s: Settings, entries: list, jobs: int, use_cache: bool, counts: dict,
+                    progress: Optional[Callable] = None) -> list:
     """[(candidate, entry, VerifyResult)]: the generalized entry, or its fallback where that one fails."""
-    from ..verify import verify_rules
+    from ..verify import verify_rules as _verify_all
+
+    progress = progress or _no_progress
+
+    def verify_rules(rules: list, jobs: int, use_cache: bool) -> list:
+        out: list = []
+        with progress(len(rules), "verifying") as bar:
+            for i in range(0, len(rules), VERIFY_CHUNK):
+                out += _verify_all(rules[i:i + VERIFY_CHUNK], jobs=jobs, use_cache=use_cache)
+                bar.update(len(rules[i:i + VERIFY_CHUNK]))
+        return out
 
     def compile_all(items):
         rules, ok = [], []
