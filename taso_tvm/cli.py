@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 DELEGATED = {"bench": ("taso_tvm.cli_bench", "time a model as users run it, original against taso-tvm, side by side"),
              "cost": ("taso_tvm.cli_cost", "cost of each kernel of a model and the total (TASO's cost())"),
-             "rules": ("taso_tvm.cli_rules", "verify and list the rewrite rules (Z3 proofs, cached)")}
+             "rules": ("taso_tvm.cli_rules", "verify, list and generate the rewrite rules (Z3 proofs, cached)")}
 
 
 def _delegate(module: str, argv: list) -> int:

@@ -1,4 +1,5 @@
-"""`taso-tvm rules verify [FILES]` and `taso-tvm rules list [FILES]`: the rule library from the command line.
+"""`taso-tvm rules verify [FILES]`, `taso-tvm rules list [FILES]` and `taso-tvm rules generate --max-ops N`: the rule
+library from the command line.
 
 `main(argv)` takes the arguments after `rules` (a leading "rules" is accepted too) and returns the exit status;
 the `taso-tvm` console script delegates `taso-tvm rules ...` to it.
@@ -85,6 +86,31 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
+    from .progress import Progress
+    from .rules.generate import generate_rules
+
+    def progress(total: int, desc: str) -> Progress:
+        return Progress(total, desc, unit="items")
+
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
+    try:
+        res = generate_rules(args.max_ops, ops=ops, jobs=args.jobs, out=args.output, kinds=kinds,
+                             checkpoint=args.checkpoint, seed=args.seed, progress=progress)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.output is None:
+        out.write(res.text)
+    c = res.counts
+    print(f"{c['verified']} verified rules ({res.settings.describe()}): {c['graphs']} graphs, "
+          f"{c['candidates']} candidate pairs after pruning, {c['generalized_distinct']} distinct once generalized, "
+          f"{c['refuted']} refuted, {c['unproven']} unproven; {c['t_total_s']} s"
+          + (f"; written to {args.output}" if args.output else ""), file=sys.stderr if args.output is None else out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="taso-tvm rules", description="TASO substitution rules")
     sub = p.add_subparsers(dest="command", required=True)
@@ -97,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list rules with their cached verification status")
     ls.add_argument("files", nargs="*", help="rule files or directories (default: the shipped library)")
     ls.set_defaults(fn=cmd_list)
+    g = sub.add_parser("generate", help="discover rules by enumerating small graphs (as TASO does); write the "
+                                        "verified ones")
+    g.add_argument("--max-ops", type=int, required=True, help="operators per side, at most")
+    g.add_argument("--ops", default=None, help="comma-separated operators (default: all the generator knows up to "
+                                               "2 operators, TASO's seven from 3 on)")
+    g.add_argument("--kinds", default=None, help="comma-separated input kinds (mat, act4, conv3x3, conv1x1, conv1x3, "
+                                                 "conv3x1, dwconv, scalar, chan, row, batched)")
+    g.add_argument("-o", "--output", default=None, help="the YAML rule file to write (default: standard output)")
+    g.add_argument("--jobs", "-j", type=int, default=2, help="worker processes (default: 2)")
+    g.add_argument("--checkpoint", default=None, help="resume file (default: OUTPUT.ckpt; none without -o)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the fingerprint inputs")
+    g.set_defaults(fn=cmd_generate)
     return p
 
 

@@ -7,6 +7,7 @@
 * `rules.domains`: values the verifier tries for an attribute a rule leaves free: a tuple of values, or a word for
   values derived from the input types (`instances.DOMAIN_WORDS`); an attribute not listed takes its default only.
 * `rules.positive_inputs`: input positions that get positive random values in NumPy checks (a variance, a sqrt).
+* `rules.generate.*`: what the rule generator (`rules/generate/`) enumerates, see the section at the end.
 
 Every facet has a natural default (not commutative, no axis, one output, allowed in patterns, no domains, no positive
 inputs); an operator registers only what differs.
@@ -97,3 +98,93 @@ register_facet("reshape", DOMAINS, {"shape": "reshape"})
 
 register_facet("enlarge", DOMAINS, {"kernel": ((3, 3), (5, 5), (3, 5))})
 register_facet("merge_gconv", DOMAINS, {"count": (1, 2, 4), "groups": (1, 2, 4)})
+
+
+# ---------------------------------------------------------------- the rule generator's facets
+# What the rule generator (rules/generate/) knows about an operator:
+#
+# - ``rules.generate.attrs``: the attribute values the generator enumerates, ``{attr: values}`` where values is a
+#   tuple, or a word the generator resolves from the argument types (``axis``: the axes that concat or split may use,
+#   ``groups``: 1 and depthwise when the weight allows it). An operator without it is not enumerated.
+# - ``rules.generate.arity``: how many tensor arguments a variadic operator gets (concat: 2).
+# - ``rules.generate.outputs``: how many outputs a multi-output operator produces (split: 2).
+# - ``rules.generate.inputs``: the input kinds (see `pool.py`) that the operator needs in the input pool.
+# - ``rules.generate.partition``: ``join`` (concat) or ``cut`` (split, whose sizes are a concatenation's parts).
+# - ``rules.generate.operands``: ``{argument: {axis: classes}}``: the pool dimension classes (see `pool.py`) an
+#   argument's axis must stem from: conv2d convolves activations (spatial class H) with kernels (classes K, I).
+# - ``rules.generate.same_shape``: element-wise operators combine equal shapes, or a lower-rank operand that
+#   broadcasts (a scalar, a channel vector), as TASO's do.
+# - ``rules.generate.carries``: ``(argument, input axis, output axis)`` triples along which a concatenation of the
+#   argument stays a concatenation of the output (so a later split may undo it): relu keeps every axis, matmul keeps
+#   the rows of its first and the columns of its second argument, conv2d the batch of its input and the output
+#   channels of its weight.
+
+GEN_ATTRS = "rules.generate.attrs"
+GEN_ARITY = "rules.generate.arity"
+GEN_OUTPUTS = "rules.generate.outputs"
+GEN_INPUTS = "rules.generate.inputs"
+GEN_CARRIES = "rules.generate.carries"
+GEN_PARTITION = "rules.generate.partition"
+GEN_OPERANDS = "rules.generate.operands"
+GEN_SAME_SHAPE = "rules.generate.same_shape"
+
+declare_facet(GEN_ATTRS, "attribute values the rule generator enumerates (no facet: not generated)", default=None)
+declare_facet(GEN_ARITY, "tensor arguments the rule generator gives a variadic operator", default=None)
+declare_facet(GEN_OUTPUTS, "outputs of a multi-output operator in generated graphs", default=1)
+declare_facet(GEN_INPUTS, "input kinds the rule generator adds to its pool for the operator", default=())
+declare_facet(GEN_PARTITION, "'join': concatenates its arguments along its axis; 'cut': splits its argument at a "
+              "concatenation's boundary", default=None)
+declare_facet(GEN_OPERANDS, "{argument: {axis: dimension classes}}: what an argument's dimension must stem from",
+              default=None)
+declare_facet(GEN_SAME_SHAPE, "the arguments have one shape (a lower-rank argument broadcasts)", default=False)
+declare_facet(GEN_CARRIES, "(argument, input axis, output axis) along which a concatenation is carried", default=())
+
+_GEN_ACT = ("none", "relu")
+_SAME_RANK = ((0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 3), (1, 0, 0), (1, 1, 1), (1, 2, 2), (1, 3, 3))
+_UNARY_RANK = ((0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 3))
+
+# TASO's operators
+register_facet("matmul", GEN_ATTRS, {"activation": ("none",)})
+register_facet("matmul", GEN_INPUTS, ("mat",))
+register_facet("matmul", GEN_OPERANDS, {0: {-1: ("S",)}, 1: {-2: ("S",)}})  # matrices, not conv kernels
+register_facet("matmul", GEN_CARRIES, ((0, -2, -2), (1, -1, -1), (0, -3, -3), (1, -3, -3)))
+register_facet("conv2d", GEN_ATTRS, {"strides": ((1, 1), (2, 2)), "padding": ("SAME", "VALID"), "activation": _GEN_ACT,
+                                 "groups": "groups"})
+register_facet("conv2d", GEN_INPUTS, ("act4", "conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv"))
+register_facet("conv2d", GEN_OPERANDS, {0: {2: ("H",)}, 1: {2: ("K", "I")}})
+register_facet("conv2d", GEN_CARRIES, ((0, 0, 0), (1, 0, 1)))
+for _op in ("add", "mul"):
+    register_facet(_op, GEN_ATTRS, {})
+    register_facet(_op, GEN_INPUTS, ("mat",))
+    register_facet(_op, GEN_CARRIES, _SAME_RANK)
+    register_facet(_op, GEN_SAME_SHAPE, True)
+register_facet("relu", GEN_ATTRS, {})
+register_facet("relu", GEN_CARRIES, _UNARY_RANK)
+register_facet("concat", GEN_ATTRS, {"axis": domains("concat")["axis"]})
+register_facet("concat", GEN_ARITY, 2)
+register_facet("concat", GEN_PARTITION, "join")
+register_facet("split", GEN_PARTITION, "cut")
+register_facet("split", GEN_ATTRS, {"axis": domains("split")["axis"]})
+register_facet("split", GEN_OUTPUTS, 2)
+register_facet("enlarge", GEN_ATTRS, {"kernel": ((3, 3),)})
+register_facet("enlarge", GEN_INPUTS, ("conv1x1",))
+register_facet("enlarge", GEN_OPERANDS, {0: {2: ("K", "I")}})
+for _op in ("maxpool2d", "avgpool2d"):
+    register_facet(_op, GEN_ATTRS, {"kernel": ((3, 3),), "strides": ((1, 1), (2, 2)), "padding": ("SAME",)})
+    register_facet(_op, GEN_INPUTS, ("act4",))
+    register_facet(_op, GEN_OPERANDS, {0: {2: ("H",)}})
+    register_facet(_op, GEN_CARRIES, ((0, 0, 0), (0, 1, 1)))
+register_facet("batchnorm", GEN_ATTRS, {})
+register_facet("batchnorm", GEN_INPUTS, ("act4", "chan"))
+register_facet("batchnorm", GEN_CARRIES, ((0, 0, 0),))
+# what transformers need
+register_facet("softmax", GEN_ATTRS, {"axis": (-1,)})
+register_facet("softmax", GEN_INPUTS, ("batched",))
+register_facet("softmax", GEN_CARRIES, ((0, -2, -2), (0, -3, -3)))
+register_facet("gelu", GEN_ATTRS, {})
+register_facet("gelu", GEN_CARRIES, _UNARY_RANK)
+register_facet("layernorm", GEN_ATTRS, {"axes": ((-1,),)})
+register_facet("layernorm", GEN_INPUTS, ("mat", "row"))
+register_facet("layernorm", GEN_CARRIES, ((0, -2, -2), (0, -3, -3)))
+register_facet("transpose", GEN_ATTRS, {"perm": "swap_last"})
+register_facet("transpose", GEN_INPUTS, ("batched",))

@@ -1,0 +1,381 @@
+"""`generate_rules`: enumerate, fingerprint, pair, prune, generalize, verify, write.
+
+Work is split into units (a family of the pool and the first node of its graphs), run in `jobs` processes; each
+finished unit is saved to the checkpoint file, so an interrupted run resumes where it stopped. Everything is
+ordered by content, so the output depends on the settings alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import multiprocessing
+import pickle
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Optional
+
+from ...fileio import atomic_write
+from ...graph.ops import OPS, facet
+from ..language import RuleError, parse_rules
+from ..op_facets import GEN_ATTRS, GEN_INPUTS
+from .emit import entry_yaml, rule_entry
+from .enumerate import Enumerator
+from .generalize import generalize, source_groups, split_variables
+from .pairs import Pairer, canonical_form
+from .pool import build_pool, dim_class, families
+
+log = logging.getLogger(__name__)
+
+TASO_OPS = ("add", "concat", "conv2d", "matmul", "mul", "relu", "split")  # the operators of TASO's rule file
+TASO_KINDS = ("mat", "act4", "conv3x3")  # TASO's pool: 2-D tensors, 4-D activations, 3x3 kernels
+MAX_BUCKET = 48  # graphs per fingerprint bucket that are paired (the rest are counted, not paired)
+CHECKPOINT_EVERY_S = 20.0
+FORMAT = "taso-tvm-generate-1"
+
+
+@dataclass
+class Settings:
+    """Everything the output depends on."""
+
+    max_ops: int
+    ops: tuple
+    kinds: tuple
+    per_kind: int
+    seed: int = 0
+    attrs: tuple = ()  # ((op, ((attr, values), ...)), ...): values replacing the generator facet's
+
+    def attr_overrides(self) -> dict:
+        return {op: {k: tuple(v) for k, v in items} for op, items in self.attrs}
+
+    def digest(self) -> str:
+        return hashlib.sha256((FORMAT + json.dumps(asdict(self), sort_keys=True)).encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        extra = "".join(f" {op}.{k}={list(v)}" for op, items in self.attrs for k, v in items)
+        return f"max_ops={self.max_ops} ops={','.join(self.ops)} kinds={','.join(self.kinds)} " \
+               f"per_kind={self.per_kind} seed={self.seed}{extra}"
+
+
+@dataclass
+class GenerateResult:
+    """What a run produced: the YAML text of the verified rules and the counts of every stage."""
+
+    settings: Settings
+    text: str
+    rules: list  # compiled verified rules
+    counts: dict = field(default_factory=dict)
+    verdicts: dict = field(default_factory=dict)  # rule name -> status
+    candidates: list = field(default_factory=list)  # (candidate, entry, status)
+
+
+def generatable_ops() -> list:
+    """Operators with a `rules.generate.attrs` facet."""
+    return sorted(op for op in OPS if facet(op, GEN_ATTRS) is not None)
+
+
+def make_settings(max_ops: int, ops: Optional[list] = None, kinds: Optional[list] = None,
+                  per_kind: Optional[int] = None, seed: int = 0, attrs: Optional[dict] = None) -> Settings:
+    """Defaults: every generatable operator up to 2 operators, TASO's operators (and pool) from 3 on. `attrs`
+    ({op: {attribute: values}}) narrows or widens what an operator's generator facet enumerates."""
+    if max_ops < 1:
+        raise ValueError("max_ops must be at least 1")
+    if ops is None:
+        ops = generatable_ops() if max_ops <= 2 else list(TASO_OPS)
+    bad = [op for op in ops if op not in OPS or facet(op, GEN_ATTRS) is None]
+    if bad:
+        raise ValueError(f"cannot generate rules for operator(s) {', '.join(bad)} (generatable: "
+                         f"{', '.join(generatable_ops())})")
+    from .pool import KINDS
+    unknown = [k for k in (kinds or ()) if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown input kind(s) {', '.join(unknown)} (kinds: {', '.join(KINDS)})")
+    if kinds is None:
+        kinds = {k for op in ops for k in facet(op, GEN_INPUTS)}
+        if max_ops >= 3:
+            kinds = {k for k in kinds if k in TASO_KINDS} or kinds
+    frozen = tuple(sorted((op, tuple(sorted((k, tuple(v)) for k, v in d.items()))) for op, d in (attrs or {}).items()))
+    for op, _items in frozen:
+        if op not in ops:
+            raise ValueError(f"attribute values given for {op}, which is not among the operators")
+    return Settings(max_ops, tuple(sorted(set(ops))), tuple(sorted(kinds)),
+                    per_kind if per_kind is not None else min(max_ops + 1, 4), seed, frozen)
+
+
+# ---------------------------------------------------------------- enumeration units (run in workers)
+_WORKER: dict = {}
+
+
+def _enumerators(s: Settings) -> dict:
+    pool = build_pool(set(s.kinds), s.per_kind)
+    return {fam: Enumerator(list(s.ops), p, s.max_ops, s.seed, s.attr_overrides()) for fam, p in families(pool)}
+
+
+def _init_worker(s: Settings, quiet: bool = True) -> None:
+    if quiet:  # a worker process: the parent reports
+        logging.getLogger("taso_tvm").setLevel(logging.WARNING)
+    _WORKER["enum"] = _enumerators(s)
+    _WORKER["roots"] = {fam: e.roots() for fam, e in _WORKER["enum"].items()}
+
+
+def _run_unit(unit: tuple) -> tuple:
+    fam, i = unit
+    e = _WORKER["enum"][fam]
+    return unit, list(e.run(_WORKER["roots"][fam][i]))
+
+
+def _generalize_one(args: tuple) -> tuple:
+    """(index, the candidate with its variables split, its dimension groups, the pool with fresh variables)."""
+    i, cand, pool = args
+    pool = dict(pool)
+    cand = split_variables(cand, pool)
+    return i, cand, (generalize(cand, pool), source_groups(cand, pool)), {v: pool[v] for v in cand.inputs}
+
+
+@contextlib.contextmanager
+def _no_progress(total: int, desc: str):
+    class _P:
+        def update(self, n: int = 1, note: str = "") -> None:
+            pass
+    yield _P()
+
+
+class _Checkpoint:
+    def __init__(self, path: Optional[Path], s: Settings):
+        self.path, self.digest = path, s.digest()
+        self.data: dict = {"settings": self.digest, "units": {}}
+        self.last = time.monotonic()
+        self.resumed = 0
+        if path is not None and path.exists():
+            try:
+                with open(path, "rb") as f:
+                    d = pickle.load(f)
+                if d.get("settings") == self.digest:
+                    self.data = d
+                    log.info("resuming from %s: %d unit(s) done", path, len(d["units"]))
+                else:
+                    log.warning("checkpoint %s is for other settings; starting afresh", path)
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, KeyError) as err:
+                log.warning("cannot read checkpoint %s (%s); starting afresh", path, err)
+
+    def save(self, force: bool = False) -> None:
+        if self.path is None or (not force and time.monotonic() - self.last < CHECKPOINT_EVERY_S):
+            return
+        atomic_write(str(self.path), lambda f: pickle.dump(self.data, f, protocol=pickle.HIGHEST_PROTOCOL))
+        self.last = time.monotonic()
+
+
+def _pool_ctx():
+    """forkserver workers (never fork a parent that may hold TVM threads), preloading this module."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+@contextlib.contextmanager
+def _workers(jobs: int, **kw):
+    """A process pool whose workers do not re-run the caller's `__main__` script (they need only this package)."""
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    main = sys.modules.get("__main__")
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
+    try:
+        for k in saved:
+            if k == "__file__":
+                delattr(main, k)
+            else:
+                setattr(main, k, None)
+        with ProcessPoolExecutor(jobs, mp_context=_pool_ctx(), **kw) as ex:
+            yield ex
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
+def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable) -> dict:
+    """Unit -> records, from the checkpoint or computed now."""
+    enums = _enumerators(s)
+    units = [(fam, i) for fam, e in sorted(enums.items()) for i in range(len(e.roots()))]
+    done = ckpt.data["units"]
+    todo = [u for u in units if u not in done]
+    ckpt.resumed = len(units) - len(todo)
+    try:
+        with progress(len(units), "enumerating") as bar:
+            bar.update(len(units) - len(todo))
+            if jobs > 1 and s.max_ops >= 3 and len(todo) > 1:  # smaller runs take less than starting workers
+                from concurrent.futures import as_completed
+                with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
+                    for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
+                        unit, recs = fut.result()
+                        done[unit] = recs
+                        ckpt.save()
+                        bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
+            else:
+                _init_worker(s, quiet=False)
+                for u in todo:
+                    unit, recs = _run_unit(u)
+                    done[unit] = recs
+                    ckpt.save()
+                    bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
+    finally:  # an interruption keeps what is done
+        ckpt.save(force=True)
+    return {u: done[u] for u in units}
+
+
+def pair_all(s: Settings, records: list, counts: dict) -> list:
+    pool = build_pool(set(s.kinds), s.per_kind)
+    input_fps: dict = {}
+    for fam, e in sorted(_enumerators(s).items()):
+        input_fps.update(e.input_fingerprints())
+    buckets: dict = {}
+    for r in records:
+        buckets.setdefault(r.key, []).append(r)
+    pairer = Pairer(pool, s.max_ops)
+    capped = 0
+    for key in sorted(buckets):
+        recs = sorted(buckets[key], key=lambda r: (len(r.nodes), repr(r.nodes)))
+        if len(recs) > MAX_BUCKET:
+            capped += len(recs) - MAX_BUCKET
+            recs = recs[:MAX_BUCKET]
+        if len(recs) >= 2 or any(f in input_fps for f in recs[0].fps):
+            pairer.bucket(key, recs, input_fps)
+    counts.update({"graphs": len(records), "buckets": len(buckets),
+                   "buckets_shared": sum(1 for b in buckets.values() if len(b) > 1), "bucket_cap_dropped": capped})
+    counts.update({f"pruned_{k}" if k not in ("pairs", "identities", "pairs_not_star") else k: v
+                   for k, v in pairer.stats.items()})
+    counts["candidates"] = len(pairer.kept)
+    return pairer.kept
+
+
+def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out: Optional[str] = None,
+                   checkpoint: Optional[str] = None, kinds: Optional[list] = None, per_kind: Optional[int] = None,
+                   seed: int = 0, attrs: Optional[dict] = None, use_cache: bool = True,
+                   progress: Optional[Callable[[int, str], ContextManager]] = None) -> GenerateResult:
+    """Discover substitution rules of up to `max_ops` operators per side, verify them, and return (and with `out`,
+    write) the verified ones as a YAML rule file.
+
+    `checkpoint` (default: `out` + ".ckpt") keeps finished work across an interruption; `progress(total, desc)`
+    returns a context manager with `update(n, note)` (the command line passes the project's progress bar)."""
+    s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
+    progress = progress or _no_progress
+    t0 = time.perf_counter()
+    ck_path = Path(checkpoint) if checkpoint else Path(str(out) + ".ckpt") if out else None
+    ckpt = _Checkpoint(ck_path, s)
+    counts: dict = {}
+    units = enumerate_all(s, jobs, ckpt, progress)
+    counts["units_resumed"] = ckpt.resumed
+    records = [r for u in sorted(units) for r in units[u]]
+    counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
+    cands = pair_all(s, records, counts)
+    pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
+    # generalize: split variables used twice, then dimensions
+    t1 = time.perf_counter()
+    if ckpt.data.get("n_cands") != len(cands):
+        general: list = [None] * len(cands)
+        work = [(i, c, pool) for i, c in enumerate(cands)]
+        with progress(len(work), "generalizing") as bar:
+            if jobs > 1 and len(work) > 200:
+                with _workers(jobs) as ex:
+                    for i, c2, g, vars_ in ex.map(_generalize_one, work, chunksize=16):
+                        general[i] = (c2, g, vars_)
+                        bar.update(1)
+            else:
+                for w in work:
+                    i, c2, g, vars_ = _generalize_one(w)
+                    general[i] = (c2, g, vars_)
+                    bar.update(1)
+        ckpt.data["general"], ckpt.data["n_cands"] = general, len(cands)
+        ckpt.save(force=True)
+    general = ckpt.data["general"]
+    counts["t_generalize_s"] = round(time.perf_counter() - t1, 1)
+    # emit, dedupe generalized rules, verify (fallback: the pool's classes, ungeneralized)
+    t2 = time.perf_counter()
+    entries, seen, forms = [], {}, set()
+    for c, g, vars_ in general:
+        pool = {**pool, **vars_}
+        form = canonical_form(c, {v: pool[v].kind for v in c.inputs})
+        if form in forms:  # equal to a kept candidate once generalized
+            continue
+        forms.add(form)
+        cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
+        groups, implied = g
+        e = rule_entry(c, groups, pool, cls, implied)
+        fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
+        fb = rule_entry(c, fallback_groups, pool, cls, implied)
+        if e["digest"] in seen:
+            continue
+        seen[e["digest"]] = True
+        entries.append((c, e, fb if fb["digest"] != e["digest"] else None))
+    counts["generalized_distinct"] = len(entries)
+    counts["pruned_instance_of_general"] = len(general) - len(forms)
+    statuses = _verify_entries(s, entries, jobs, use_cache, counts, progress)
+    counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
+    kept = [(c, e, st) for (c, e, st) in statuses if st.ok]
+    kept.sort(key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"]))
+    header = (f"# Substitution rules generated by `taso-tvm rules generate` ({s.describe()}).\n"
+              f"# Every rule below was verified by taso_tvm.rules.verify; {len(kept)} of {len(entries)} candidates.\n")
+    text = header + "\n".join(entry_yaml(e, _doc(s, c, st)) for c, e, st in kept)
+    rules = parse_rules(text, str(out) if out else "<generated>")
+    counts["verified"] = len(rules)
+    counts["t_total_s"] = round(time.perf_counter() - t0, 1)
+    if out:
+        atomic_write(str(out), lambda f: f.write(text), mode="w")
+    if ck_path is not None and ck_path.exists():
+        ck_path.unlink()  # done: the next run with these settings starts afresh (verdicts stay cached)
+    return GenerateResult(s, text, rules, counts, {e["name"]: st.status for _c, e, st in statuses},
+                          [(c, e, st.status) for c, e, st in statuses])
+
+
+def _doc(s: Settings, c, st) -> str:
+    return f"generated ({s.describe()}); fingerprint {c.fingerprint}; proof {st.proof}"
+
+
+VERIFY_CHUNK = 64  # rules per verifier batch: each batch's verdicts are cached, so an interrupted run resumes
+
+
+def _verify_entries(s: Settings, entries: list, jobs: int, use_cache: bool, counts: dict,
+                    progress: Optional[Callable] = None) -> list:
+    """[(candidate, entry, VerifyResult)]: the generalized entry, or its fallback where that one fails."""
+    from ..verify import verify_rules as _verify_all
+
+    progress = progress or _no_progress
+
+    def verify_rules(rules: list, jobs: int, use_cache: bool) -> list:
+        out: list = []
+        with progress(len(rules), "verifying") as bar:
+            for i in range(0, len(rules), VERIFY_CHUNK):
+                out += _verify_all(rules[i:i + VERIFY_CHUNK], jobs=jobs, use_cache=use_cache)
+                bar.update(len(rules[i:i + VERIFY_CHUNK]))
+        return out
+
+    def compile_all(items):
+        rules, ok = [], []
+        for c, e in items:
+            try:
+                rules += parse_rules(entry_yaml(e, "candidate"), "<generated>")
+                ok.append((c, e))
+            except RuleError as err:
+                log.warning("generated rule %s does not compile: %s", e["name"], err)
+                counts["not_compiled"] = counts.get("not_compiled", 0) + 1
+        return rules, ok
+
+    rules, ok = compile_all([(c, e) for c, e, _fb in entries])
+    results = verify_rules(rules, jobs=jobs, use_cache=use_cache) if rules else []
+    out, retry = [], []
+    fb_of = {e["name"]: fb for _c, e, fb in entries}
+    for (c, e), res in zip(ok, results):
+        if res.ok or fb_of.get(e["name"]) is None:
+            out.append((c, e, res))
+        else:
+            retry.append((c, fb_of[e["name"]], res))
+    counts["verified_general"] = sum(1 for _c, _e, r in out if r.ok)
+    if retry:
+        rules2, ok2 = compile_all([(c, fb) for c, fb, _r in retry])
+        res2 = verify_rules(rules2, jobs=jobs, use_cache=use_cache) if rules2 else []
+        out += [(c, fb, r) for (c, fb), r in zip(ok2, res2)]
+    counts["refuted"] = sum(1 for *_x, r in out if r.status == "refuted")
+    counts["unproven"] = sum(1 for *_x, r in out if r.status == "unproven")
+    return out

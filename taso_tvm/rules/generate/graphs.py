@@ -1,0 +1,163 @@
+"""Small graphs over the input pool: nodes, evaluation with the registry's shape inference and NumPy semantics,
+fingerprints, and name-independent expression strings.
+
+A graph is a tuple of `GNode` in a canonical topological order. An argument is a `Ref`: ``("i", name)`` for an
+input variable or ``("n", node, output)`` for a node's output. An attribute value may be a tuple of `DimSum`
+(split sizes): sums of input dimensions, resolved against the input shapes at each evaluation so that the same
+graph evaluates at any shapes the generalizer tries.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ...graph.ops import OPS, facet
+from ...graph.types import GraphError, TensorType
+from ..op_facets import GEN_OUTPUTS
+
+Ref = tuple
+MAX_ELEMENTS = 4096  # a tensor larger than this is not enumerated (keeps evaluation cheap)
+MAX_MAGNITUDE = 1e15
+
+
+class DimSum(tuple):
+    """A sum of input dimensions ``((var, axis), ...)``: an attribute value resolved at each evaluation."""
+
+    def value(self, shapes: dict) -> int:
+        return sum(shapes[v][ax] for v, ax in self)
+
+    def text(self, rename: Callable[[str], str] = str) -> str:
+        return " + ".join(f"dim({rename(v)}, {ax})" for v, ax in self)
+
+    def __repr__(self) -> str:
+        return f"DimSum{tuple(self)!r}"
+
+
+@functools.lru_cache(maxsize=None)
+def n_outputs(op: str) -> int:
+    return facet(op, GEN_OUTPUTS)
+
+
+@dataclass(frozen=True)
+class GNode:
+    """One operator application: operator name, attributes as sorted (key, value) pairs, argument refs."""
+
+    op: str
+    attrs: tuple
+    args: tuple
+
+    @property
+    def n_outputs(self) -> int:
+        return n_outputs(self.op)
+
+    def key(self) -> str:
+        return repr((self.op, self.attrs, self.args))
+
+
+def resolve(attrs: tuple, shapes: dict) -> dict:
+    """Attributes with their `DimSum` values replaced by sizes at the given input shapes."""
+    out = {}
+    for k, v in attrs:
+        if isinstance(v, tuple) and v and all(isinstance(x, DimSum) for x in v):
+            v = tuple(x.value(shapes) for x in v)
+        out[k] = v
+    return out
+
+
+def apply_node(node: GNode, in_types: list, in_values: list, shapes: dict) -> tuple[list, list]:
+    """(output types, output values) of one node; raises GraphError (or ValueError) if it does not apply."""
+    opdef = OPS[node.op]
+    attrs = opdef.make_attrs(resolve(node.attrs, shapes), in_types)
+    out_types = opdef.infer(in_types, attrs)
+    for t in out_types:
+        if any(not isinstance(d, int) or d < 1 for d in t.shape) or int(np.prod(t.shape)) > MAX_ELEMENTS:
+            raise GraphError("degenerate or large output")
+    with np.errstate(all="ignore"):
+        vals = [np.asarray(v, dtype=np.float64) for v in opdef.numpy(in_values, attrs)]
+    for v, t in zip(vals, out_types):
+        if v.shape != tuple(t.shape) or not np.all(np.isfinite(v)) or (v.size and np.abs(v).max() > MAX_MAGNITUDE):
+            raise GraphError("non-finite, huge or mis-shaped value")
+    return out_types, vals
+
+
+def evaluate(nodes: tuple, shapes: dict, values: dict) -> dict:
+    """Every tensor's (type, value): inputs from `values` (var -> array), nodes in order. Raises GraphError."""
+    env: dict = {("i", v): (TensorType(tuple(shapes[v])), values[v]) for v in shapes}
+    for j, n in enumerate(nodes):
+        ts, vs = apply_node(n, [env[a][0] for a in n.args], [env[a][1] for a in n.args], shapes)
+        for o, (t, v) in enumerate(zip(ts, vs)):
+            env[("n", j, o)] = (t, v)
+    return env
+
+
+def fingerprint(value: np.ndarray) -> bytes:
+    """A hash of the value's shape and entries rounded to 40 mantissa bits: integers below 2**40 (everything the
+    linear and piecewise-linear operators compute from the pool's small integer inputs) are kept exactly, results of
+    transcendental operators are compared to ~12 significant digits."""
+    m, e = np.frexp(value)
+    m = np.round(m * float(2 ** 40)).astype(np.int64)
+    e = np.where(m == 0, 0, e).astype(np.int64)
+    h = hashlib.blake2b(digest_size=12)
+    h.update(repr(value.shape).encode())
+    h.update(m.tobytes())
+    h.update(e.tobytes())
+    return h.digest()
+
+
+def graph_outputs(nodes: tuple) -> list:
+    """The refs of node outputs that no node consumes, in node order."""
+    used = {a for n in nodes for a in n.args}
+    return [("n", j, o) for j, n in enumerate(nodes) for o in range(n.n_outputs) if ("n", j, o) not in used]
+
+
+def graph_inputs(nodes: tuple) -> tuple:
+    """Input variable names the graph reads, sorted."""
+    return tuple(sorted({a[1] for n in nodes for a in n.args if a[0] == "i"}))
+
+
+def expr_text(nodes: tuple, ref: Ref, rename: Optional[dict] = None, memo: Optional[dict] = None) -> str:
+    """A name-independent tree expression of a tensor (inputs renamed by `rename`)."""
+    if ref[0] == "i":
+        return (rename or {}).get(ref[1], ref[1])
+    memo = {} if memo is None else memo
+    key = ref[1]
+    if key not in memo:
+        n = nodes[key]
+        attrs = ",".join(f"{k}={_attr_text(v, rename)}" for k, v in n.attrs)
+        args = ",".join(expr_text(nodes, a, rename, memo) for a in n.args)
+        memo[key] = f"{n.op}{{{attrs}}}({args})"
+    return memo[key] + (f"#{ref[2]}" if nodes[ref[1]].n_outputs > 1 else "")
+
+
+def _attr_text(v: Any, rename: Optional[dict]) -> str:
+    if isinstance(v, tuple) and v and all(isinstance(x, DimSum) for x in v):
+        return "[" + ";".join(x.text(lambda s: (rename or {}).get(s, s)) for x in v) + "]"
+    return repr(v)
+
+
+def node_texts(nodes: tuple, rename: Optional[dict] = None) -> list:
+    """Expression text of every node (its first output), for common-subgraph tests."""
+    memo: dict = {}
+    return [expr_text(nodes, ("n", j, 0), rename, memo).split("#")[0] for j in range(len(nodes))]
+
+
+def connected(nodes: tuple) -> bool:
+    """Whether the nodes form one component, counting a shared input as a connection."""
+    parent = list(range(len(nodes)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    seen_input: dict = {}
+    for j, n in enumerate(nodes):
+        for a in n.args:
+            other = a[1] if a[0] == "n" else seen_input.setdefault(a[1], j)
+            parent[find(j)] = find(other)
+    return len({find(j) for j in range(len(nodes))}) <= 1
