@@ -74,3 +74,13 @@ print("operators before:", [n.op for n in graph.to_tensor_graph().ops()])
 after = [n.op for n in best.to_tensor_graph().ops()]
 print("operators after: ", after)
 assert after.count("matmul") == 1
+
+# 4. Or let the generator find rules (TASO's method: enumerate small graphs, fingerprint their outputs, pair the
+#    graphs that compute the same function, prune, generalize, and keep what the verifier proves). CLI:
+#    `taso-tvm rules generate --max-ops 2 --ops add,mul -o generated.yaml`.
+from taso_tvm.rules.generate import generate_rules
+
+generated = generate_rules(2, ops=["add", "mul"], kinds=["mat"], out=os.path.join(tempfile.mkdtemp(), "gen.yaml"))
+print(f"generated {len(generated.rules)} verified rules, e.g.:")
+print("\n".join(generated.text.splitlines()[:12]))
+assert generated.rules  # every rule written is verified; refuted candidates are dropped
