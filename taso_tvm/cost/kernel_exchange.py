@@ -105,16 +105,22 @@ class ExportReport:
     bytes: int = 0
 
 
-def _kernel_entry(sig: KernelSig, file: Optional[str], error: Optional[str]) -> dict:
+def _kernel_entry(sig: KernelSig, file: Optional[str], error: Optional[str], weights_bound: bool) -> dict:
+    """The kernel's manifest entry; `inputs` are the arguments its built function takes (without the weights
+    when the builder bound them as constants, as it does on llvm)."""
+    bound = weights_bound and not all(w for _, _, w in sig.inputs)
     return {"key": sig.key, "label": sig.label(), "file": file, "error": error,
-            "inputs": [[list(s), d] for s, d, _ in sig.inputs]}
+            "inputs": [[list(s), d] for s, d, w in sig.inputs if not (bound and w)]}
 
 
 def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, runtime: bool = True) -> ExportReport:
     """Build each kernel for the config's target with the TVM backend's builder (parallel, `build_jobs`), export
     the libraries to `folder/kernels/`, and write `folder/kernels.json`, the device script and (with `runtime`)
     TVM's runtime. The folder is written whole or not at all (a temporary folder renamed at the end)."""
+    import tvm
+
     from .backends.tvm_backend import TvmBackend
+    from .backends.tvm_build import weights_bound
 
     cfg = tvm_config(cfg)
     sigs = [s for s in dict.fromkeys(sigs) if not any(op == "opaque" for op in s.ops)]
@@ -127,6 +133,7 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
     backend = TvmBackend(cfg)
     try:
         scope, target, host = backend.scope(), dict(backend.target), backend.host
+        bound = weights_bound(tvm.target.Target(target))  # llvm kernels hold their weights as constants
         built = backend.build(sigs)
         entries, failed = [], []
         for s in sigs:
@@ -137,7 +144,8 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
                 shutil.move(path, tmp / name)
             else:
                 failed.append((s.label(), err or "build failed"))
-            entries.append(_kernel_entry(s, name, None if path is not None else (err or "build failed")))
+            entries.append(_kernel_entry(s, name, None if path is not None else (err or "build failed"),
+                                         bound))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -197,7 +205,7 @@ def import_timings(folder: Path, timings: Path, cache_path: Optional[Path]) -> I
         raise KernelExchangeError(f"'{timings}' times another export (id {data.get('manifest_sha')}) than "
                                   f"'{folder}' (id {manifest.get('id')})")
     versions = manifest["scope"]["versions"]
-    if f"tvm={data.get('tvm_version')}" != versions:
+    if f"tvm={data.get('tvm_version')}" not in versions.split(";"):  # versions: "tvm=X;schedule=N"
         raise KernelExchangeError(f"'{timings}' was measured with tvm {data.get('tvm_version')}, the export is "
                                   f"for {versions}")
     device = str(data.get("device") or "")
