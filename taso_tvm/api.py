@@ -277,27 +277,36 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
                                time_cap=time_cap, rtol=check_rtol, atol=check_atol)
         return out
     if isinstance(obj, Graph):
-        from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
-        from .search import SearchConfig, optimize_graph
-
-        from .relay_pass.settings import resolve_settings
-
-        s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
-                             region_size=region_size)
-        cfg = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
-                           region_size=s["region_size"])
-        tgt = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
-        model, owned = _resolve_cost(s["cost"], tgt)
-        try:
-            best, _ = optimize_graph(obj.to_tensor_graph(), _resolve_rules(s["rules"]), model, cfg)
-        finally:
-            if owned:
-                model.close()
+        best, _ = search_graph(obj, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                               target=target, region_size=region_size, config=config)
         if check:
             check_relax(obj.to_relax(), graph_module(best), check_rtol, check_atol)
         return _graph_from(best, obj)
     raise TypeError(f"optimize() takes a tvm.IRModule, an onnx.ModelProto or a taso_tvm graph, not "
                     f"{type(obj).__name__}")
+
+
+def search_graph(graph: Graph, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
+                 budget: Optional[int] = None, time_limit: Optional[float] = None, target: Any = None,
+                 region_size: Optional[int] = None, config: Optional[str] = None) -> tuple[TensorGraph, Any]:
+    """The search on a builder graph with resolved settings: (best TensorGraph, the search's statistics)."""
+    import tvm
+
+    from .relay_pass.settings import resolve_settings
+    from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
+    from .search import SearchConfig, optimize_graph
+
+    s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                         region_size=region_size)
+    cfg = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
+                       region_size=s["region_size"])
+    tgt = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
+    model, owned = _resolve_cost(s["cost"], tgt)
+    try:
+        return optimize_graph(graph.to_tensor_graph(), _resolve_rules(s["rules"]), model, cfg)
+    finally:
+        if owned:
+            model.close()
 
 
 def export_onnx(obj: Any, opset: Optional[int] = None, like: Any = None) -> Any:

@@ -46,19 +46,9 @@ def load_onnx(filename: str, shapes: Optional[dict] = None) -> TasoGraph:
 def optimize(graph: TasoGraph, alpha: float = 1.0, budget: int = 1000, print_subst: bool = False) -> TasoGraph:
     """The cheapest equivalent graph the search finds (TASO's `optimize`); `print_subst` prints the rules
     applied."""
-    from ..relay_pass.settings import resolve_settings
-    from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
-    from ..search import SearchConfig, optimize_graph
+    from ..api import search_graph
 
-    s = resolve_settings(None, alpha=alpha, budget=budget)
-    cfg = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
-                       region_size=s["region_size"])
-    cost, owned = _resolve_cost(s["cost"], None)
-    try:
-        best, stats = optimize_graph(graph.to_tensor_graph(), _resolve_rules(s["rules"]), cost, cfg)
-    finally:
-        if owned:
-            cost.close()
+    best, stats = search_graph(graph, alpha=alpha, budget=budget)
     if print_subst:
         for name, count in sorted(stats.rules_applied.items()):
             print(f"substitution {name}: applied {count} time(s)")

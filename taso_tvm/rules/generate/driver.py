@@ -142,6 +142,23 @@ def _no_progress(total: int, desc: str):
     yield _P()
 
 
+class _CheckpointUnpickler(pickle.Unpickler):
+    """Reads a checkpoint as data: only the generator's own classes and plain containers may appear in it, so a
+    tampered file cannot name a callable to run."""
+
+    _BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "complex", "slice", "bool", "int", "float",
+                           "str", "bytes"})
+
+    def find_class(self, module: str, name: str):  # noqa: D102
+        if module == "builtins" and name in self._BUILTINS:
+            return super().find_class(module, name)
+        if module.startswith("taso_tvm.") or module == "collections" and name in ("OrderedDict", "Counter"):
+            return super().find_class(module, name)
+        if module.startswith("numpy") and name in ("_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"checkpoint names {module}.{name}, which a checkpoint never holds")
+
+
 class _Checkpoint:
     def __init__(self, path: Optional[Path], s: Settings):
         self.path, self.digest = path, s.digest()
@@ -151,7 +168,7 @@ class _Checkpoint:
         if path is not None and path.exists():
             try:
                 with open(path, "rb") as f:
-                    d = pickle.load(f)
+                    d = _CheckpointUnpickler(f).load()
                 if d.get("settings") == self.digest:
                     self.data = d
                     log.info("resuming from %s: %d unit(s) done", path, len(d["units"]))
