@@ -62,13 +62,24 @@ def test_warm_cache_costs_a_zoo_model_without_building_or_measuring(tmp_path, na
         assert warm.cache_hits == n
 
 
+def _fastest(graphs, cfg, rounds=4, holds=None):
+    """Each graph's lowest cost over `rounds` fresh measurements, taken in alternation: load on a shared machine only
+    ever adds time, so the minimum is what the kernel costs. Stops early once `holds(costs)` is true."""
+    best = [math.inf] * len(graphs)
+    for _ in range(rounds):
+        with CostModel(cfg) as cm:
+            best = [min(b, cm.graph_cost(g)) for b, g in zip(best, graphs)]
+        if holds is not None and holds(best):
+            break
+    return best
+
+
 def test_conv_with_twice_the_output_channels_costs_more(tmp_path):
     S = NodeStore()
     small = TensorGraph(S, [_conv(S, 32, 32, 28)])
     big = TensorGraph(S, [_conv(S, 32, 64, 28)])
-    with CostModel(_cfg(tmp_path, cache="", repeat=7)) as cm:
-        c_small, c_big = cm.graph_cost(small), cm.graph_cost(big)
-    # untuned TVM CPU time follows FLOPs (2x here); 1.3x leaves room for a noisy, shared machine
+    c_small, c_big = _fastest([small, big], _cfg(tmp_path, cache="", repeat=7), holds=lambda c: c[1] > 1.3 * c[0])
+    # CPU time follows FLOPs (2x here); 1.3x leaves room for a noisy, shared machine
     assert c_big > 1.3 * c_small, (c_small, c_big)
 
 
@@ -79,10 +90,10 @@ def test_fused_conv_bias_relu_costs_less_than_three_kernels(tmp_path):
     fused = TensorGraph(S, S.add("relu", [S.add("add", [c, b])[0]]))
     y = S.input("y", TensorType((1, 16, 16, 16)))
     parts = [TensorGraph(S, [c]), TensorGraph(S, S.add("add", [y, b])), TensorGraph(S, S.add("relu", [y]))]
-    with CostModel(_cfg(tmp_path, cache="", repeat=5, min_repeat_ms=50)) as cm:
+    cfg = _cfg(tmp_path, cache="", repeat=5, min_repeat_ms=50)
+    with CostModel(cfg) as cm:
         assert [k.sig.ops for k in cm.kernels(fused)] == [("conv2d", "add", "relu")]
-        f = cm.graph_cost(fused)
-        unfused = [cm.graph_cost(p) for p in parts]
+    f, *unfused = _fastest([fused, *parts], cfg, holds=lambda c: c[0] < sum(c[1:]))
     assert f < sum(unfused), (f, unfused)
 
 
