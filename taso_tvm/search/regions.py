@@ -67,12 +67,16 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
     for offset in (0, size // 2):
         mapping: dict = {}
         stop = False
-        for members in first if offset == 0 else regions(graph, size, offset):
+        runs = first if offset == 0 else regions(graph, size, offset)
+        if offset:  # the shifted pass cuts the graph the first pass left, into one run more or fewer
+            bar.total = bar.done + len(runs)
+        for members in runs:
             if out_of_time is not None and out_of_time():
                 stop = True
                 break
             sub, back, outs = _region_graph(graph, members)
             if not outs:
+                bar.update(note="region has no outputs")
                 continue
             best, stats = search_one(sub)
             all_stats.append(stats)
