@@ -30,6 +30,8 @@ def test_bench_times_every_variant_of_a_file(tmp_path, capsys):
     tvm = row["tvm"]
     assert tvm["default"]["median_ms"] > 0 and tvm["taso"]["median_ms"] > 0, tvm
     assert tvm["taso"]["note"] == ""  # built, ran and matched ONNX Runtime
+    for name in ("default", "taso-schedule", "taso"):  # each timed against the original in ONNX Runtime
+        assert tvm[name]["ratio"] > 0 and tvm[name]["ci"] != [1.0, 1.0], (name, tvm[name])
     if out_png is not None:
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
