@@ -43,3 +43,18 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path, capsys):
     bad.write_bytes(b"not onnx")
     rc, err, _ = run_main(["bench", bad, "--no-tvm"], capsys)
     assert rc == 2 and "bad.onnx" in err[0] and "not a readable ONNX file" in err[0]
+
+
+@pytest.mark.slow
+def test_bench_runs_two_zoo_models_end_to_end(tmp_path, capsys):
+    out_json = tmp_path / "b.json"
+    rc, err, table = run_main(["bench", "seed_example", "nasrnn", "--time-cap", "1", "--guard-cap", "1",
+                               "--cost-backend", "analytic", "--json", out_json], capsys)
+    assert rc == 0, err
+    rows = {r["model"]: r for r in json.loads(out_json.read_text())["rows"]}
+    assert set(rows) == {"seed_example", "nasrnn"} and "| nasrnn |" in table
+    for r in rows.values():
+        for runtime in ("ort", "tvm"):
+            for name, col in r[runtime].items():
+                assert col["note"] == "" and col["median_ms"] > 0, (r["model"], runtime, name, col)
+    assert rows["nasrnn"]["ops_before"] > rows["nasrnn"]["ops_after"]  # the matmul merges are found
