@@ -13,6 +13,7 @@ log = logging.getLogger(__name__)
 
 LIBRARY_DIR = Path(__file__).parent / "library"
 NOT_RULE_FILES = {"axioms.yaml"}
+LIBRARY_ENTRY = "library"  # in a list of rule files (settings `rules:`, `--rules`): the shipped library's files
 
 
 def library_files() -> list:
@@ -20,13 +21,28 @@ def library_files() -> list:
     return [p for p in sorted(LIBRARY_DIR.glob("*.yaml")) if p.name not in NOT_RULE_FILES]
 
 
+def required_ops(rule: Rule) -> frozenset:
+    """The operators a graph must contain for the rule's source pattern to match there (every pattern node binds a
+    graph node of exactly its operator)."""
+    return frozenset(p.op for p in rule.source)
+
+
 class RuleSet:
-    """An ordered collection of rules, with their verification results."""
+    """An ordered, immutable collection of rules, with their verification results.
+
+    Rules are indexed by the operators their source patterns need: `matches` tries only the rules whose operators
+    all occur in the graph, so a large (e.g. generated) rule set costs little on graphs it cannot touch."""
+
+    SELECT_CACHE_SIZE = 256
 
     def __init__(self, rules: Iterable[Rule], results: Optional[dict] = None):
-        self.rules = list(rules)
+        self.rules = tuple(rules)
         self.results = dict(results or {})
         self._by_name = {r.name: r for r in self.rules}
+        self._by_ops: dict[frozenset, list[int]] = {}  # required operators -> positions of the rules needing them
+        for i, r in enumerate(self.rules):
+            self._by_ops.setdefault(required_ops(r), []).append(i)
+        self._selected: dict[frozenset, tuple] = {}  # the graph's operators -> the rules that may match, in order
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -50,11 +66,24 @@ class RuleSet:
             out.setdefault(r.family, []).append(r.name)
         return out
 
+    def candidates(self, ops: Iterable[str]) -> tuple:
+        """The rules (in rule-set order) whose source operators all occur among `ops`; the others cannot match."""
+        present = frozenset(ops)
+        hit = self._selected.get(present)
+        if hit is None:
+            pos = sorted(i for need, idx in self._by_ops.items() if need <= present for i in idx)
+            hit = tuple(self.rules[i] for i in pos)
+            if len(self._selected) >= self.SELECT_CACHE_SIZE:
+                self._selected.clear()
+            self._selected[present] = hit
+        return hit
+
     def matches(self, graph: TensorGraph) -> list:
-        """Every (rule, match) in the graph; the graph is indexed once for all rules."""
+        """Every (rule, match) in the graph, in rule-set order; the graph is indexed once for all rules and only
+        the rules whose operators occur in it are tried."""
         index = graph_index(graph)
         out: list[tuple[Rule, Match]] = []
-        for r in self.rules:
+        for r in self.candidates(index.by_op):
             out.extend((r, m) for m in find_matches(r, graph, index=index))
         return out
 
@@ -68,14 +97,17 @@ class RuleSet:
 
 def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False, jobs: Optional[int] = None,
                use_cache: bool = True) -> RuleSet:
-    """Read rule files (default: the shipped library) and keep the verified rules.
+    """Read rule files (default: the shipped library; the entry `library` in `paths` stands for it, so
+    `["library", "generated.yaml"]` adds a file to it) and keep the verified rules.
 
     Verification results are cached by rule hash, so a library verified once loads instantly. A rule that is not
     verified is left out with an error in the log; `allow_unverified=True` loads it anyway, with a warning.
     """
     from .verify import verify_rules
 
-    files = library_files() if paths is None else [paths] if isinstance(paths, (str, Path)) else list(paths)
+    entries = [paths] if isinstance(paths, (str, Path)) else None if paths is None else list(paths)
+    files = library_files() if entries is None else [f for e in entries
+                                                      for f in (library_files() if e == LIBRARY_ENTRY else [e])]
     rules = read_rule_files(files)
     results = verify_rules(rules, jobs=jobs, use_cache=use_cache)
     keep, res = [], {}
