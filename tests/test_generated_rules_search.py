@@ -87,21 +87,27 @@ def test_index_finds_the_same_matches_as_every_rule(both, graphs):
         index = graph_index(g)
         every = [(r, m) for r in both.rules for m in find_matches(r, g, index=index)]
         assert _key(both.matches(g)) == _key(every), name
-        tried = both.candidates(index.by_op)
-        assert all(required_ops(r) <= set(index.by_op) for r in tried)
+        counts = {op: len(ids) for op, ids in index.by_op.items()}
+        tried = both.candidates(counts)
+        assert all(counts.get(op, 0) >= n for r in tried for op, n in required_ops(r).items())
         skipped += len(both) - len(tried)
     assert skipped > 0  # the index leaves rules out (e.g. every conv rule on the 2-D graphs)
 
 
 def test_candidates_keep_rule_order_and_need_every_operator(both):
-    tried = both.candidates({"input", "weight", "matmul", "add"})
-    assert tried and all(required_ops(r) <= {"matmul", "add", "input", "weight"} for r in tried)
+    counts = {"input": 2, "weight": 1, "matmul": 1, "add": 3}
+    tried = both.candidates(counts)
+    assert tried and all(counts.get(op, 0) >= n for r in tried for op, n in required_ops(r).items())
     order = {r.name: i for i, r in enumerate(both.rules)}
     assert [order[r.name] for r in tried] == sorted(order[r.name] for r in tried)
     assert any(r.family == "generated" for r in tried)
-    assert both.candidates(set()) == ()
-    assert both.candidates({"matmul", "add", "input", "weight"}) is both.candidates(["weight", "input", "add",
-                                                                                    "matmul"])  # cached
+    names = {r.name for r in tried}
+    two_matmuls = [r for r in both if r.family == "generated" and required_ops(r).get("matmul", 0) == 2
+                   and set(required_ops(r)) <= set(counts)]
+    assert two_matmuls and not names & {r.name for r in two_matmuls}  # one matmul in the graph: never tried
+    assert {r.name for r in both.candidates(dict(counts, matmul=2))} >= {r.name for r in two_matmuls}
+    assert both.candidates({}) == ()
+    assert both.candidates(counts) is both.candidates(dict(counts, matmul=1, relu=0))  # cached by signature
 
 
 def _feeds(g, seed: int = 0) -> dict:
