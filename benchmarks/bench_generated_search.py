@@ -5,8 +5,9 @@ generated rule file, on the zoo models (and the committed real models).
         [--models squeezenet nasrnn ...] [--real] [--backend analytic|ort] [--time-cap 6]
 
 `--matching`: the time of one `RuleSet.matches` on whole zoo graphs (resnet50, inception_v3, bert, nasrnn) with
-the library, with library + generated (indexed by operator, as the search uses it), and with library + generated
-tried rule by rule (no index); the matches must be the same with and without the index.
+the library, with library + generated (indexed by operator, inputs refused by rank at bind, as the search uses it),
+and with library + generated tried rule by rule to the end (no index, no early rank check: the matcher before);
+the matches must be the same either way.
 
 `--search`: each model goes through the ONNX optimizer (`optimize_onnx`, as `taso-tvm optimize` runs it: region
 search, per-region numeric checks, whole-model check) with either rule set, without its own timing gate; then
@@ -55,24 +56,34 @@ def _key(pairs: list) -> list:
 
 
 def bench_matching(library, both, models: list, repeat: int) -> None:
-    from taso_tvm.rules import find_matches, graph_index
+    from taso_tvm.rules import find_matches, graph_index, matcher
 
-    print(f"\nmatching: one RuleSet.matches per graph, best of {repeat} (ms); rules tried = rules whose operators "
-          f"all occur in the graph (as often as in their patterns)")
+    print(f"\nmatching: one RuleSet.matches per graph (a fresh graph index each time), best of {repeat} (ms); "
+          f"tried = rules whose operators all occur in the graph (as often as in their patterns)")
     print(f"{'model':14s} {'ops':>5s} {'library':>9s} {'+gen idx':>9s} {'+gen all':>9s} {'tried':>10s} "
           f"{'matches':>8s} {'gen':>5s}")
     for name in models:
         g = _graph(name, full=True)
         index = graph_index(g)
 
-        def unindexed():
-            return [(r, m) for r in both.rules for m in find_matches(r, g, index=index)]
+        def unindexed():  # the matcher before the index: every rule, ranks checked only by `where` at the end
+            out = []
+            for r in both.rules:
+                comp = matcher._compiled(r)
+                saved, comp.ranks, comp.arg_ranks = (comp.ranks, comp.arg_ranks), {}, [None] * comp.n
+                try:
+                    out += [(r, m) for m in find_matches(r, g, index=index)]
+                finally:
+                    comp.ranks, comp.arg_ranks = saved
+            return out
 
         rows = {}
         for label, fn in (("lib", lambda: library.matches(g)), ("idx", lambda: both.matches(g)),
                           ("all", unindexed)):
             best, out = float("inf"), None
             for _ in range(repeat):
+                matcher._INDEX_CACHE.clear()  # a fresh graph index each time, as every new graph of a search has
+                index = graph_index(g)
                 t = time.perf_counter()
                 out = fn()
                 best = min(best, time.perf_counter() - t)
