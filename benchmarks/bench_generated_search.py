@@ -165,7 +165,8 @@ def bench_search(library, both, models: list, backend: str, time_cap: float, thr
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rules", required=True, nargs="+", help="generated rule file(s) to add to the library")
+    ap.add_argument("--rules", required=True, nargs="+", help="generated rule file(s) to add to the library (a rule "
+                    "in several files is taken once; only verified rules load)")
     ap.add_argument("--matching", action="store_true", help="time matching on whole zoo graphs")
     ap.add_argument("--search", action="store_true", help="search and time the results")
     ap.add_argument("--models", nargs="*", default=list(SIZES), help="zoo models for --search")
@@ -176,12 +177,19 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    from taso_tvm.rules import RuleSet, library_files, load_rules
+    from taso_tvm.rules import RuleSet, load_rules, read_rule_files
+    from taso_tvm.rules.verify import verify_rules
 
     t = time.perf_counter()
     library = load_rules()
-    both = load_rules(library_files() + list(args.rules))
-    assert isinstance(both, RuleSet)
+    gen, seen = [], set(library.names)
+    for path in args.rules:  # files of overlapping generator runs share rules: each name once
+        for r in read_rule_files([path]):
+            if r.name not in seen:
+                seen.add(r.name)
+                gen.append(r)
+    verdicts = verify_rules(gen)
+    both = RuleSet(list(library) + [r for r, v in zip(gen, verdicts) if v.ok])
     print(f"rules: library {len(library)}, library + generated {len(both)} (loaded and verified in "
           f"{time.perf_counter() - t:.1f} s)")
     if args.matching:
