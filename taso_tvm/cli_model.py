@@ -27,10 +27,16 @@ def search_settings(args: argparse.Namespace) -> dict:
     from .relay_pass.settings import SettingsError, resolve_settings
     from .search import SearchConfig
 
+    rules = None
+    if getattr(args, "rules", None):  # added to the library (a settings file's `rules:` list may replace it)
+        from .relay_pass.settings import load_named_rules, rule_paths
+        from .rules.ruleset import LIBRARY_ENTRY
+
+        rules = load_named_rules(rule_paths([LIBRARY_ENTRY] + list(args.rules)))
     try:
         s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
                              budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
-                             cost=getattr(args, "cost_backend", None))
+                             cost=getattr(args, "cost_backend", None), rules=rules)
         SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}).validate()
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None
@@ -456,6 +462,9 @@ def add_model_commands(sub: Any) -> None:
                            f"(default {SearchConfig.alpha})")
             p.add_argument("--budget", type=int, help=f"graphs expanded per region (default {SearchConfig.budget})")
             p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
+            p.add_argument("--rules", action="append", metavar="FILE",
+                           help="a rule file to search with besides the shipped library, e.g. one written by "
+                                "`taso-tvm rules generate` (repeatable; every rule in it must verify)")
             p.add_argument("--cost-backend", choices=["auto", "analytic", "tvm", "ort"],
                            help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "
                                 "on the target for compile)")

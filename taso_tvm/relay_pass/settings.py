@@ -1,5 +1,6 @@
 """Settings files for the pass and the CLI: YAML with a `search:` section, a `cost:` section (the cost model's
-settings, see configs/cpu.yaml) and an optional `rules:` list of rule files.
+settings, see configs/cpu.yaml) and an optional `rules:` list of rule files (the entry `library` is the shipped
+library: `rules: [library, generated.yaml]` adds a generated file to it).
 
 Precedence: defaults < the file named by $TASO_TVM_CONFIG < a `config=` file < explicit keyword arguments. The
 environment variable is how `tvm.compile(mod, target, relax_pipeline="taso")`, which takes no arguments, is
@@ -74,8 +75,23 @@ def read_settings(path: str) -> dict:
         if not isinstance(rules, list) or not all(isinstance(r, str) and r for r in rules):
             raise SettingsError(f"config '{path}': 'rules' must be a rule file or a list of rule files")
         base = os.path.dirname(os.path.abspath(path))
-        rules = load_named_rules([r if os.path.isabs(r) else os.path.join(base, r) for r in rules])
+        rules = load_named_rules(rule_paths(rules, base))
     return {"search": dict(search), "cost": path if has_cost else None, "rules": rules}
+
+
+def rule_paths(entries: list, base: str = "") -> list:
+    """Rule file paths from a `rules:` list: relative paths are taken from `base` (the settings file's folder) and
+    the entry `library` stands for the shipped library's files, so `rules: [library, generated.yaml]` adds a rule
+    file (e.g. one written by `taso-tvm rules generate`) to the library instead of replacing it."""
+    from ..rules.ruleset import LIBRARY_ENTRY, library_files
+
+    out: list = []
+    for r in entries:
+        if r == LIBRARY_ENTRY:
+            out.extend(str(p) for p in library_files())
+        else:
+            out.append(r if os.path.isabs(r) or not base else os.path.join(base, r))
+    return out
 
 
 def load_named_rules(paths: list) -> Any:

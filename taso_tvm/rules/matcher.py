@@ -63,6 +63,22 @@ class GraphIndex:
             self.by_op.setdefault(n.op, []).append(n.id)
         self.consumers = graph.consumers()
         self._weight_memo: dict = {}
+        self._ranked: dict = {}  # (op, argument ranks, argument orders) -> the nodes of op whose inputs fit
+
+    def by_op_ranked(self, op: str, want: tuple, perms: tuple) -> list:
+        """The nodes of `op` (in topological order) whose inputs have the ranks `want` (None: any) under one of the
+        argument orders `perms`."""
+        key = (op, want, perms)
+        hit = self._ranked.get(key)
+        if hit is None:
+            hit = []
+            for nid in self.by_op.get(op, ()):
+                ins = self.nodes[nid].inputs
+                if len(ins) == len(want) and any(all(w is None or self.nodes[ins[perm[j]][0]].types[ins[perm[j]][1]]
+                                                     .ndim == w for j, w in enumerate(want)) for perm in perms):
+                    hit.append(nid)
+            self._ranked[key] = hit
+        return hit
 
     def is_weight(self, ref: TensorRef) -> bool:
         return self.graph.is_weight_only(ref, self._weight_memo)
@@ -181,6 +197,7 @@ class _Compiled:
         self.deferred = [(p.index, k, E.compile_expr(s.value)) for p in src for k, s in p.attrs.items()
                          if s.kind == "expr"]
         self.where = [E.compile_expr(c.expr) for c in rule.where]
+        self.ranks = _required_ranks(rule)  # input variable -> the rank a `where` conjunct demands, checked at bind
         # per pattern node: constant attributes (checked before any state is copied) and variable attributes
         self.consts = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "const"] for p in src]
         self.vars = [[(k, s.value) for k, s in p.attrs.items() if s.kind == "var"] for p in src]
@@ -189,6 +206,41 @@ class _Compiled:
         self.axis_attr = [op_facets.axis_attr(p.op) for p in src]
         self.perms = [[(0, 1), (1, 0)] if comm else [tuple(range(len(p.args)))]
                       for p, comm in zip(src, self.commutative)]
+        # per pattern node: the rank each argument must have (None: any), or None when no argument is constrained
+        arg_ranks = [[self.ranks.get(a.name) if a.kind == "var" else None for a in p.args] for p in src]
+        self.arg_ranks = [r if any(w is not None for w in r) else None for r in arg_ranks]
+
+
+def _conjuncts(where: list) -> list:
+    out, todo = [], [c.expr for c in where]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, E.Binary) and e.op == "and":
+            todo += [e.left, e.right]
+        else:
+            out.append(e)
+    return out
+
+
+def _required_ranks(rule: Rule) -> dict:
+    """{input variable: rank} from top-level `ndim(v) == k` conjuncts of the rule's `where`: a tensor of another
+    rank cannot complete a match, so the matcher refuses it as soon as it binds (generated rules say the rank of
+    every input, which prunes them on graphs of other ranks before any structure is explored)."""
+    inputs = set(rule.inputs)
+    out: dict = {}
+    for e in _conjuncts(rule.where):
+        if not (isinstance(e, E.Binary) and e.op == "=="):
+            continue
+        for call, const in ((e.left, e.right), (e.right, e.left)):
+            if (isinstance(call, E.Call) and call.func == "ndim" and len(call.args) == 1 and not call.kwargs
+                    and isinstance(call.args[0], E.Name) and call.args[0].id in inputs
+                    and isinstance(const, E.Const) and type(const.value) is int):
+                name = call.args[0].id
+                if out.get(name, const.value) != const.value:  # contradictory: no tensor can match
+                    out[name] = -1
+                else:
+                    out[name] = const.value
+    return out
 
 
 def _key(a: ArgRef) -> tuple:
@@ -342,6 +394,10 @@ def _try_bind(comp: "_Compiled", p: PNode, nid: int, st: _State, index: GraphInd
         return
     types = index.nodes
     in_types = [types[i].types[j] for i, j in node.inputs]
+    want = comp.arg_ranks[p.index]
+    if want is not None and not any(all(w is None or in_types[perm[j]].ndim == w for j, w in enumerate(want))
+                                    for perm in comp.perms[p.index]):
+        return  # an input variable of the wrong rank under every argument order
     for k, const in comp.consts[p.index]:
         if not _const_equal(p.op, comp.axis_attr[p.index], k, const, node, in_types):
             return
@@ -360,6 +416,10 @@ def _try_bind(comp: "_Compiled", p: PNode, nid: int, st: _State, index: GraphInd
             if a.kind == "var":
                 have = s.tensors.get(a.name)
                 if have is None:
+                    rank = comp.ranks.get(a.name)
+                    if rank is not None and types[ref[0]].types[ref[1]].ndim != rank:
+                        ok = False
+                        break
                     s.tensors[a.name] = ref
                 elif have != ref:
                     ok = False
@@ -482,6 +542,9 @@ def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = N
     # anchor: the pattern node whose operator is rarest in this graph
     anchor = min(src, key=lambda p: len(index.by_op.get(p.op, ())))
     cands = index.by_op.get(anchor.op)
+    want = comp.arg_ranks[anchor.index]
+    if cands and want is not None:  # only the nodes whose inputs have the ranks the rule demands
+        cands = index.by_op_ranked(anchor.op, tuple(want), tuple(comp.perms[anchor.index]))
     if not cands:
         return []
     out: list[Match] = []

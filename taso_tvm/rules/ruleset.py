@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Union
+from typing import Iterable, Iterator, Mapping, Optional, Union
 
 from ..graph import TensorGraph
 from .language import Rule, read_rule_files
@@ -13,6 +14,7 @@ log = logging.getLogger(__name__)
 
 LIBRARY_DIR = Path(__file__).parent / "library"
 NOT_RULE_FILES = {"axioms.yaml"}
+LIBRARY_ENTRY = "library"  # in a list of rule files (settings `rules:`, `--rules`): the shipped library's files
 
 
 def library_files() -> list:
@@ -20,13 +22,33 @@ def library_files() -> list:
     return [p for p in sorted(LIBRARY_DIR.glob("*.yaml")) if p.name not in NOT_RULE_FILES]
 
 
+def required_ops(rule: Rule) -> dict:
+    """{operator: nodes} of the rule's source pattern: a graph with fewer nodes of an operator has no match (every
+    pattern node binds its own graph node of exactly its operator)."""
+    return dict(Counter(p.op for p in rule.source))
+
+
 class RuleSet:
-    """An ordered collection of rules, with their verification results."""
+    """An ordered, immutable collection of rules, with their verification results.
+
+    Rules are indexed by the operators their source patterns need: `matches` tries only the rules whose operators
+    all occur in the graph, each as often as the pattern has it, so a large (e.g. generated) rule set costs little
+    on graphs it cannot touch."""
+
+    SELECT_CACHE_SIZE = 256
 
     def __init__(self, rules: Iterable[Rule], results: Optional[dict] = None):
-        self.rules = list(rules)
+        self.rules = tuple(rules)
         self.results = dict(results or {})
         self._by_name = {r.name: r for r in self.rules}
+        self._needs: dict[frozenset, list[int]] = {}  # {(op, count)} -> positions of the rules needing exactly it
+        self._cap: dict[str, int] = {}  # op -> the most nodes of it any pattern has
+        for i, r in enumerate(self.rules):
+            need = required_ops(r)
+            self._needs.setdefault(frozenset(need.items()), []).append(i)
+            for op, n in need.items():
+                self._cap[op] = max(self._cap.get(op, 0), n)
+        self._selected: dict[frozenset, tuple] = {}  # graph signature -> the rules that may match, in order
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -50,11 +72,28 @@ class RuleSet:
             out.setdefault(r.family, []).append(r.name)
         return out
 
+    def candidates(self, op_counts: Mapping[str, int]) -> tuple:
+        """The rules (in rule-set order) that may match a graph with `op_counts` {operator: nodes}: those whose
+        source operators all occur there as often as in the pattern; the others cannot match."""
+        cap = self._cap
+        sig = frozenset((op, min(n, cap[op])) for op, n in op_counts.items() if n > 0 and op in cap)
+        hit = self._selected.get(sig)
+        if hit is None:
+            have = dict(sig)
+            pos = sorted(i for need, idx in self._needs.items() if all(have.get(op, 0) >= n for op, n in need)
+                         for i in idx)
+            hit = tuple(self.rules[i] for i in pos)
+            if len(self._selected) >= self.SELECT_CACHE_SIZE:
+                self._selected.clear()
+            self._selected[sig] = hit
+        return hit
+
     def matches(self, graph: TensorGraph) -> list:
-        """Every (rule, match) in the graph; the graph is indexed once for all rules."""
+        """Every (rule, match) in the graph, in rule-set order; the graph is indexed once for all rules and only
+        the rules whose operators occur in it (`candidates`) are tried."""
         index = graph_index(graph)
         out: list[tuple[Rule, Match]] = []
-        for r in self.rules:
+        for r in self.candidates({op: len(ids) for op, ids in index.by_op.items()}):
             out.extend((r, m) for m in find_matches(r, graph, index=index))
         return out
 
@@ -68,14 +107,17 @@ class RuleSet:
 
 def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False, jobs: Optional[int] = None,
                use_cache: bool = True) -> RuleSet:
-    """Read rule files (default: the shipped library) and keep the verified rules.
+    """Read rule files (default: the shipped library; the entry `library` in `paths` stands for it, so
+    `["library", "generated.yaml"]` adds a file to it) and keep the verified rules.
 
     Verification results are cached by rule hash, so a library verified once loads instantly. A rule that is not
     verified is left out with an error in the log; `allow_unverified=True` loads it anyway, with a warning.
     """
     from .verify import verify_rules
 
-    files = library_files() if paths is None else [paths] if isinstance(paths, (str, Path)) else list(paths)
+    entries = [paths] if isinstance(paths, (str, Path)) else None if paths is None else list(paths)
+    files = library_files() if entries is None else [f for e in entries
+                                                      for f in (library_files() if e == LIBRARY_ENTRY else [e])]
     rules = read_rule_files(files)
     results = verify_rules(rules, jobs=jobs, use_cache=use_cache)
     keep, res = [], {}
