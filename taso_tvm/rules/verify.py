@@ -37,6 +37,7 @@ from ..graph.tensor_graph import CycleError
 from .instances import Instance, NoInstance, numpy_check, plan_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
+from .poly import Ring, Z3Converter, lift_array
 from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
@@ -123,10 +124,15 @@ def _obj(v: Any) -> np.ndarray:
     return out
 
 
-def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict) -> list:
-    """Evaluate tensors with the registry's Z3 semantics. `symbols`: input name or weight key -> object array."""
+def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict, ring: Optional[Ring] = None) -> list:
+    """Evaluate tensors with the registry's Z3 semantics. `symbols`: input name or weight key -> object array.
+
+    With `ring`, the values are exact polynomials of that ring (`poly.py`): constants and every operator's outputs
+    are lifted into it (TypeError / ValueError where an element is not a polynomial or a finite number)."""
     from ..graph.ops.elementwise import z3_val
     from ..graph.tensor_graph import weight_array
+
+    conv = z3_val if ring is None else ring.lift
 
     refs = list(refs)
     for node in TensorGraph(graph.store, refs).topo_order():
@@ -142,26 +148,30 @@ def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict) -
                 arr = np.asarray(weight_array(node))
                 z = np.empty(arr.shape, dtype=object)
                 for i in np.ndindex(arr.shape):
-                    z[i] = z3_val(arr[i].item())
+                    z[i] = conv(arr[i].item())
                 out = [z]
         elif node.op == "opaque" or node.opdef.z3 is None:
             raise GraphError(f"operator {node.op} has no Z3 semantics")
         else:
             args = [memo[i][j] for i, j in node.inputs]
             out = [_obj(v) for v in node.opdef.z3(args, node.attrs)]
+            if ring is not None:
+                out = [lift_array(ring, v) for v in out]
         memo[node.id] = out
     return [memo[i][j] for i, j in refs]
 
 
-def _symbols(inst: Instance) -> dict:
+def _symbols(inst: Instance, ring: Optional[Ring] = None) -> dict:
+    """A symbol per input element, named `v[i, j, ...]`: a z3 Real, or with `ring`, that ring's variable."""
     import z3
 
+    make = z3.Real if ring is None else ring.var
     syms = {}
     for v in inst.rule.inputs:
         shape = inst.shapes[v]
         arr = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
-            arr[idx] = z3.Real(f"{v}{list(idx)}")
+            arr[idx] = make(f"{v}{list(idx)}")
         syms[f"var:{v}" if v in inst.weight_vars else v] = arr
     return syms
 
@@ -229,6 +239,9 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
             ok, detail, feeds = numpy_check(inst)
             if not ok:
                 return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+        proof = _poly_proof(inst, tgt, timeout)
+        if proof is not None:
+            return proof
         syms = _symbols(inst)
         memo: dict = {}
         try:
@@ -283,26 +296,59 @@ def _rewrite(inst: Instance) -> TensorGraph:
         raise _Verdict("unknown", f"the rewrite is cyclic at {inst.describe()}: {err}") from None
 
 
+def _poly_proof(inst: Instance, tgt: TensorGraph, timeout: float) -> Optional[tuple]:
+    """The proof with exact polynomials (`poly.py`): proven when every output element has the same normal form on
+    both sides; the elements that differ go to the solver with the functions' exact semantics. None when some value
+    is not a polynomial of the input elements (the Z3 evaluation decides then)."""
+    ring = Ring()
+    memo: dict = {}
+    try:
+        syms = _symbols(inst, ring)
+        src = z3_evaluate(inst.graph, inst.graph.outputs, syms, memo, ring)
+        dst = z3_evaluate(tgt, tgt.outputs, syms, memo, ring)
+    except Exception as err:  # noqa: BLE001  (an operator outside polynomial arithmetic: the Z3 path decides)
+        log.debug("no polynomial evaluation at %s: %s", inst.describe(), err)
+        return None
+    differ = []
+    for o, (a, b) in enumerate(zip(src, dst)):
+        _same_shape(inst, o, a, b)
+        differ += [(o, idx, a[idx], b[idx]) for idx in np.ndindex(a.shape) if not a[idx].same(b[idx])]
+    if not differ:
+        return "proven", "", None
+    conv = Z3Converter(ring)
+    residual = [(o, idx, x, y) for o, idx, x, y in ((o, i, conv.poly(p), conv.poly(q)) for o, i, p, q in differ)
+                if not _simplify_equal(x, y)]
+    return _solve(inst, tgt, _symbols(inst), residual, timeout) if residual else ("proven", "", None)
+
+
+def _same_shape(inst: Instance, o: int, a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        raise _Verdict("refuted", f"output {inst.rule.outputs[o]}: shape {a.shape} vs {b.shape}",
+                       _counterexample(inst, "type", "shape mismatch"))
+
+
+def _simplify_equal(x: Any, y: Any) -> bool:
+    """x and y are syntactically equal, or Z3's sum-of-monomials normalisation of x - y is 0."""
+    import z3
+
+    if x.eq(y):
+        return True
+    d = z3.simplify(x - y, som=True)
+    return z3.is_rational_value(d) and d.as_fraction() == 0
+
+
 def _residual(inst: Instance, src: list, dst: list) -> list:
     """[(output, index, source element, target element)] for the elements that polynomial normalisation does not
     prove equal (a refuting `_Verdict` when an output's shape differs)."""
-    import z3
-
     from ..graph.ops.elementwise import z3_val
 
     residual = []
     for o, (a, b) in enumerate(zip(src, dst)):
-        if a.shape != b.shape:
-            raise _Verdict("refuted", f"output {inst.rule.outputs[o]}: shape {a.shape} vs {b.shape}",
-                           _counterexample(inst, "type", "shape mismatch"))
+        _same_shape(inst, o, a, b)
         for idx in np.ndindex(a.shape):
             x, y = z3_val(a[idx]), z3_val(b[idx])
-            if x.eq(y):
-                continue
-            d = z3.simplify(x - y, som=True)
-            if z3.is_rational_value(d) and d.as_fraction() == 0:
-                continue
-            residual.append((o, idx, x, y))
+            if not _simplify_equal(x, y):
+                residual.append((o, idx, x, y))
     return residual
 
 

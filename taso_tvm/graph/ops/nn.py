@@ -208,7 +208,7 @@ def _pool_z3(kind: str) -> Z3Fn:
     def fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         import z3
 
-        from .elementwise import z3_val
+        from .elementwise import z3_max, z3_val
 
         x = np.asarray(x[0], dtype=object)
         n, c, h, w = x.shape
@@ -234,10 +234,13 @@ def _pool_z3(kind: str) -> Z3Fn:
                         continue
                     m = vals[0]
                     for v in vals[1:]:
-                        m = z3.If(v > m, v, m)
+                        m = z3_max(m, v)
                     out[b, ch, i, j] = m
+                elif not cnt:
+                    out[b, ch, i, j] = z3.Real("nan")  # 0/0 as in NumPy
                 else:
-                    out[b, ch, i, j] = z3.Sum(vals) / cnt if cnt else z3.Real("nan")  # 0/0 as in NumPy
+                    exact = all(z3.is_expr(v) for v in vals)  # else the verifier's polynomials
+                    out[b, ch, i, j] = (z3.Sum(vals) if exact else sum(vals[1:], vals[0])) / cnt
         return [out]
     return fn
 
@@ -294,14 +297,14 @@ def _bn_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 def _bn_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """(x - mean) * (gamma * recip(sqrt(var + eps))) + beta, eps rounded to float32 as the NumPy version does."""
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     data, gamma, beta, mean, var = (np.asarray(v, dtype=object) for v in x)
     ax = normalize_axis(a["axis"], data.ndim)
     shape = [1] * data.ndim
     shape[ax] = -1
     eps = float(np.float32(a["epsilon"]))
-    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), var)
     scale = (gamma * inv).reshape(shape)
     return [(data - mean.reshape(shape)) * scale + beta.reshape(shape)]
 
@@ -335,11 +338,11 @@ def _softmax_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 def _softmax_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """exp(x) * recip(sum(exp(x))) along the axis (exp uninterpreted; the max shift cancels mathematically)."""
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     v = np.asarray(x[0], dtype=object)
     ax = normalize_axis(a["axis"], v.ndim)
-    e = z3_map(lambda t: z3_fn("exp")(z3_val(t)), v)
+    e = z3_map(lambda t: z3_apply("exp", t), v)
     return [e * z3_map(z3_recip, e.sum(axis=ax, keepdims=True))]
 
 
@@ -373,14 +376,14 @@ def _ln_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _ln_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     data, gamma, beta = (np.asarray(v, dtype=object) for v in x)
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     mean = data.mean(axis=axes, keepdims=True)
     var = ((data - mean) * (data - mean)).mean(axis=axes, keepdims=True)
     eps = float(a["epsilon"])
-    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), var)
     return [(data - mean) * inv * gamma + beta]
 
 
