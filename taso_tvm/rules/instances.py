@@ -335,6 +335,15 @@ def _key(v: Any) -> str:
     return out
 
 
+def _offered(v: Any, dom: list) -> bool:
+    """v is one of the domain's values (by `_key`: 1, 1.0 and True differ)."""
+    t = type(v)
+    if (t is int or t is str) and all(type(d) is t for d in dom):  # the common case, fast
+        return v in dom
+    k = _key(v)
+    return any(_key(d) == k for d in dom)
+
+
 def _symbols_of(alt: dict) -> list:
     return sorted({d for s in alt.values() for d in s if isinstance(d, str)})
 
@@ -410,6 +419,7 @@ class _Planner:
         self.memo: dict = {}  # script -> outcome, for the enumerations of pair searches
         self.instances: list = []
         self.oversize = 0
+        self.syms = frozenset(d for alt in (rule.verify.shapes or [{}]) for d in _symbols_of(alt))
 
     # -------------------------------------------------------- one attempt
     def run(self, script: dict, fill: Optional[Callable[[str, list, dict], Any]], large: bool = False,
@@ -439,8 +449,8 @@ class _Planner:
             scope.append((name, dom))
             if name in script:
                 v = script[name]
-                if not large or name not in self._syms():
-                    if _key(v) not in {_key(d) for d in dom}:
+                if not large or name not in self.syms:
+                    if not _offered(v, dom):
                         raise _Reject(f"{name}={v} not offered")
             elif fill is None:
                 raise _Branch(name, dom)
@@ -462,8 +472,8 @@ class _Planner:
                 self._offer(scope, assign)
         return inst, assign, scope
 
-    def _syms(self) -> set:
-        return {d for alt in (self.rule.verify.shapes or [{}]) for d in _symbols_of(alt)}
+    def _syms(self) -> frozenset:
+        return self.syms
 
     def _offer(self, scope: list, assign: dict) -> None:
         """Record the pairs this attempt offered: each chosen value with every value a later choice could take
