@@ -2,13 +2,17 @@
 
 *Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
 (`instances.py`: every combination, or every pair, plus one instance with every dim >= 4); a target that does not
-build or changes type where the source builds and the constraints hold is a counterexample; every input element is a
-Z3 Real; both sides are evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output
-element is proven equal (first by polynomial normalisation, then by the solver). A disagreement comes back as a
-counterexample (shapes, attributes, input values), confirmed with the NumPy semantics when it involves
-uninterpreted functions.
+build or changes type where the source builds and the constraints hold is a counterexample; both sides are
+evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output element is proven equal.
+The slots run first over exact polynomials of the input elements (`poly.py`: rational coefficients; relu, max,
+reciprocals and other functions as atoms of their normalised arguments): equal normal forms prove an element without
+a solver call. Elements whose normal forms differ (and every element, where some value is not a polynomial) are
+Z3 terms over one Z3 Real per input element, with the functions' exact semantics (relu and max as If, the rest
+uninterpreted); Z3's own normalisation, then the solver decides them. A disagreement comes back as a counterexample
+(shapes, attributes, input values), confirmed with the NumPy semantics when it involves uninterpreted functions.
 
-*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms.
+*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms. Its query runs
+under a Z3 resource limit (`AXIOMATIC_RLIMIT`, deterministic) as well as the rule's timeout.
 
 A rule is *verified* when the bounded proof covers its choices and succeeds, and the axiomatic proof succeeds or does
 not apply (then it is "bounded-only"). Every solver call runs in a solver process killed at a hard deadline (`solver_process.py`): "unknown" means
