@@ -217,3 +217,71 @@ def test_z3_conversion_keeps_the_semantics():
     s = z3.Solver()
     s.add(zp != q)
     assert s.check() == z3.unsat
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1},
+    {"strides": (2, 2), "padding": (1, 0, 1, 1), "dilation": (1, 1), "groups": 1},
+    {"strides": (1, 2), "padding": (1, 1, 1, 1), "dilation": (2, 1), "groups": 2},
+    {"strides": (2, 1), "padding": (0, 1, 1, 0), "dilation": (1, 1), "groups": 4},
+], ids=["valid", "strided-padded", "dilated-grouped", "depthwise"])
+def test_conv_over_polynomials_matches_numpy(attrs):
+    """The conv slot's polynomial path (one in-place sum of products per element) computes NumPy's conv2d, with
+    relu fused: the polynomials evaluated at random integers equal NumPy on the same numbers."""
+    from taso_tvm.graph.ops import OPS
+    from taso_tvm.graph.ops.nn import conv2d_numpy
+
+    rng = np.random.default_rng(1)
+    ring = Ring()
+    xv, wv = rng.integers(-3, 4, (2, 4, 5, 4)), rng.integers(-3, 4, (4, 4 // attrs["groups"], 3, 2))
+    xs = np.empty(xv.shape, dtype=object)
+    ws = np.empty(wv.shape, dtype=object)
+    values = {}
+    for arr, val, name in ((xs, xv, "x"), (ws, wv, "w")):
+        for idx in np.ndindex(val.shape):
+            arr[idx] = ring.var(f"{name}{idx}")
+            values[f"{name}{idx}"] = int(val[idx])
+    (y,) = OPS["conv2d"].z3([xs, ws], {**attrs, "activation": "relu"})
+    ref = np.maximum(conv2d_numpy(xv.astype(float), wv.astype(float), attrs["strides"], attrs["padding"],
+                                  attrs["dilation"], attrs["groups"]), 0)
+    assert y.shape == ref.shape
+    got = np.array([float(p.evaluate(values)) for p in y.ravel()]).reshape(y.shape)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_relu_of_a_nonnegative_form_is_the_form():
+    ring = Ring()
+    x, y = ring.var("x"), ring.var("y")
+    rx, ry = x.sym_apply("relu"), y.sym_apply("relu")
+    assert rx.sym_apply("relu").same(rx)  # relu(relu(x)) = relu(x)
+    assert (rx * ry * 2 + x * x + 1).sign() == 1 and (rx * ry * 2 + x * x + 1).sym_apply("relu").same(
+        rx * ry * 2 + x * x + 1)
+    assert (-(rx * ry)).sym_apply("relu").same(ring.const(0))
+    assert (rx * y).sign() == 0 and (rx - ry).sign() == 0 and x.sign() == 0
+
+
+SIGN_RULES = textwrap.dedent("""\
+    - name: relu_after_conv_of_relus_is_redundant
+      doc: a conv of two non-negative tensors is non-negative (a proof Z3 alone does not find in seconds)
+      source:
+        y: conv2d(relu(x), relu(w), activation=relu, **c)
+      target:
+        y: conv2d(relu(x), relu(w), activation=none, **c)
+      verify: {shapes: {x: [1, C, H, W], w: [O, C, K, K]}, dims: {K: [1, 3]}}
+
+    - name: relu_after_conv_of_relu_input_is_not_redundant
+      source:
+        y: conv2d(relu(x), w, activation=relu, **c)
+      target:
+        y: conv2d(relu(x), w, activation=none, **c)
+      verify: {shapes: {x: [1, C, H, W], w: [O, C, K, K]}, dims: {K: [1, 3]}}
+    """)
+
+
+def test_relu_sign_reasoning_proves_and_still_refutes(solver_calls):
+    rules = _rules(SIGN_RULES)
+    res = bounded_check(rules["relu_after_conv_of_relus_is_redundant"], numeric_first=False)
+    assert res.status == "proven", res.detail
+    assert solver_calls == []
+    res = bounded_check(rules["relu_after_conv_of_relu_input_is_not_redundant"], numeric_first=False)
+    assert res.status == "refuted" and res.counterexample["kind"] == "z3"

@@ -6,7 +6,9 @@ rational coefficients (`int` or `Fraction`); a monomial is a product of *atoms*:
 applied to polynomials (`relu(p)`, interned by the function's name and its arguments' normal forms, so that equal
 arguments give the same atom). Two sides whose normal forms are equal are equal for every value of the inputs and
 for every interpretation of the functions (congruence), so equal normal forms are a proof; unequal ones go to Z3 with
-the functions' exact semantics (`to_z3`). Float constants are read as the rational of their shortest decimal form,
+the functions' exact semantics (`to_z3`). The one fact about a function used here is relu's: relu(p) is p where p
+is non-negative by its form (every monomial a product of relu atoms and squares, all coefficients positive) and 0
+where p is non-positive by its form. Float constants are read as the rational of their shortest decimal form,
 as `z3.RealVal` reads them.
 
 The operators' Z3 slots accept these values: `graph.ops.elementwise` dispatches relu, functions, reciprocals and
@@ -52,6 +54,7 @@ class Ring:
     def __init__(self) -> None:
         self.atoms: list = []  # id -> ("var", name) | ("app", function, argument polys)
         self._ids: dict = {}  # ("var", name) | ("app", function, argument keys) -> id
+        self.nonneg: list = []  # id -> the atom is >= 0 for all inputs (relu; max with such an argument)
 
     def var(self, name: str) -> "Poly":
         key = ("var", name)
@@ -59,6 +62,7 @@ class Ring:
         if i is None:
             i = self._ids[key] = len(self.atoms)
             self.atoms.append(key)
+            self.nonneg.append(False)
         return Poly(self, {(i,): 1})
 
     def const(self, v: Any) -> "Poly":
@@ -73,12 +77,30 @@ class Ring:
             c = fold(*(a.const_value() for a in args))
             if c is not None:
                 return self.const(c)
+        if name == "relu":  # relu(p) = p where p >= 0 for all inputs, 0 where p <= 0
+            sign = args[0].sign()
+            if sign > 0:
+                return args[0]
+            if sign < 0:
+                return Poly(self, {})
         key = ("app", name, tuple(a.key() for a in args))
         i = self._ids.get(key)
         if i is None:
             i = self._ids[key] = len(self.atoms)
             self.atoms.append(("app", name, args))
+            self.nonneg.append(name == "relu" or name == "max" and any(a.sign() > 0 for a in args))
         return Poly(self, {(i,): 1})
+
+    def atom_value(self, i: int, values: dict) -> Fraction:
+        a = self.atoms[i]
+        if a[0] == "var":
+            return Fraction(coefficient(values[a[1]]))
+        args = [p.evaluate(values) for p in a[2]]
+        if a[1] == "relu":
+            return max(args[0], Fraction(0))
+        if a[1] == "max":
+            return max(args)
+        raise KeyError(f"no exact value for the function {a[1]}")
 
     def lift(self, v: Any) -> "Poly":
         if isinstance(v, Poly):
@@ -109,6 +131,21 @@ class Poly:
 
     def same(self, other: "Poly") -> bool:
         return self.terms == other.terms
+
+    def sign(self) -> int:
+        """1: >= 0 for all inputs, -1: <= 0 for all inputs, by its form alone (every monomial a product of
+        atoms known to be >= 0 and of squares, all coefficients of one sign); else 0 (unknown)."""
+        if not self.terms:
+            return 1
+        nonneg = self.ring.nonneg
+        pos = neg = True
+        for m, c in self.terms.items():
+            if not _monomial_nonneg(m, nonneg):
+                return 0
+            pos, neg = pos and c > 0, neg and c < 0
+            if not (pos or neg):
+                return 0
+        return 1 if pos else -1
 
     def __repr__(self) -> str:
         return f"Poly({sorted(self.terms.items())})"
@@ -172,7 +209,7 @@ class Poly:
         out: dict = {}
         for m1, c1 in a.items():
             for m2, c2 in b.items():
-                m = tuple(sorted(m1 + m2)) if m1 and m2 else m1 or m2
+                m = _times(m1, m2)
                 s = out.get(m, 0) + c1 * c2
                 if s:
                     out[m] = s
@@ -188,10 +225,74 @@ class Poly:
             return NotImplemented  # division by a non-constant or zero: not a polynomial
         return self * (Fraction(1) / p.const_value())
 
+    def evaluate(self, values: dict) -> Any:
+        """The value at `values` (input element name -> number), exactly (relu and max evaluated; other functions
+        raise KeyError)."""
+        atoms: dict = {}
+        total = Fraction(0)
+        for m, c in self.terms.items():
+            term = Fraction(c)
+            for i in m:
+                if i not in atoms:
+                    atoms[i] = self.ring.atom_value(i, values)
+                term *= atoms[i]
+            total += term
+        return total
+
+    def sym_dot(self, xs: Iterable, ys: Iterable) -> "Poly":
+        """sum(x * y for x, y in zip(xs, ys)) over this polynomial's ring, accumulated in place (elements: Poly or
+        plain numbers)."""
+        ring = self.ring
+        acc: dict = {}
+        for x, y in zip(xs, ys):
+            if not isinstance(x, Poly):
+                if not x:
+                    continue
+                x = ring.lift(x)
+            if not isinstance(y, Poly):
+                if not y:
+                    continue
+                y = ring.lift(y)
+            if x.ring is not ring or y.ring is not ring:
+                raise TypeError("a polynomial of another ring")
+            for m1, c1 in x.terms.items():
+                for m2, c2 in y.terms.items():
+                    m = _times(m1, m2)
+                    v = acc.get(m, 0) + c1 * c2
+                    if v:
+                        acc[m] = v
+                    else:
+                        acc.pop(m, None)
+        return Poly(ring, acc)
+
     def sym_apply(self, name: str, *others: Any) -> "Poly":
         """`name(self, *others)` (the hook `graph.ops.elementwise` calls for relu, functions, recip, max)."""
         args = (self,) + tuple(self.ring.lift(o) for o in others)
         return self.ring.app(name, args)
+
+
+def _times(m1: tuple, m2: tuple) -> tuple:
+    """The product of two monomials (sorted tuples of atom ids)."""
+    if not m1 or not m2:
+        return m1 or m2
+    if m1[-1] <= m2[0]:
+        return m1 + m2
+    if m2[-1] <= m1[0]:
+        return m2 + m1
+    return tuple(sorted(m1 + m2))
+
+
+def _monomial_nonneg(m: tuple, nonneg: list) -> bool:
+    """Every atom of the (sorted) monomial is >= 0 or occurs an even number of times."""
+    i, n = 0, len(m)
+    while i < n:
+        j = i
+        while j < n and m[j] == m[i]:
+            j += 1
+        if (j - i) % 2 and not nonneg[m[i]]:
+            return False
+        i = j
+    return True
 
 
 # ---------------------------------------------------------------- arrays

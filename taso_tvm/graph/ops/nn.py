@@ -128,9 +128,30 @@ def _conv_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _conv_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    y = conv2d_numpy(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object), a["strides"], a["padding"],
-                     a["dilation"], a["groups"])
+    xs, ws = np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object)
+    sym = next((v.flat[0] for v in (xs, ws) if v.size and hasattr(v.flat[0], "sym_dot")), None)
+    if sym is not None:  # the verifier's polynomials: one in-place sum of products per output element
+        y = _conv_dot(xs, ws, a["strides"], a["padding"], a["dilation"], a["groups"], sym.sym_dot)
+    else:
+        y = conv2d_numpy(xs, ws, a["strides"], a["padding"], a["dilation"], a["groups"])
     return [z3_activation(a["activation"], y)]
+
+
+def _conv_dot(x: np.ndarray, w: np.ndarray, strides: Sequence[int], padding: Sequence[int],
+              dilation: Sequence[int], groups: int, dot) -> np.ndarray:
+    """conv2d_numpy over object arrays with `dot(xs, ys)` for each output element's sum of products."""
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    oh = _out_len(x.shape[2], kh, strides[0], padding[0], padding[2], dilation[0])
+    ow = _out_len(x.shape[3], kw, strides[1], padding[1], padding[3], dilation[1])
+    win = _windows(x, kh, kw, strides, padding, dilation, oh, ow).reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.reshape(groups, o // groups, cg * kh * kw)
+    out = np.empty((n, groups, o // groups, oh, ow), dtype=object)
+    for b, g, i, j in np.ndindex(n, groups, oh, ow):
+        vec = win[b, g, :, i, j].reshape(-1)
+        for k in range(o // groups):
+            out[b, g, k, i, j] = dot(vec, wg[g, k])
+    return out.reshape(n, o, oh, ow)
 
 
 def _conv_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
