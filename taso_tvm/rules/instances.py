@@ -12,7 +12,7 @@ to apply there. `plan_instances` covers the choices by combinations, not by valu
 * every combination, when there are at most `EXHAUSTIVE_LIMIT` of them;
 * otherwise every *pair* of values of two choices that occur together (a greedy covering array); a pair no
   admissible instance covers is searched for exhaustively (it is then outside the rule's domain) or reported as
-  not covered;
+  not covered (after the first such pair, which makes a proof impossible, the others are not searched for);
 * plus one instance with every dimension symbol >= 4 where the source builds within the size bound.
 
 The sample depends on the rule's content (its canonical form), never on its name or file position.
@@ -626,6 +626,9 @@ def _pairwise(pl: _Planner, plan: Plan) -> None:
                 done = True
                 break
         if done or want in pl.covered:
+            continue
+        if missed:  # the plan is incomplete already (no proof): its instances are still checked, not searched for
+            missed.add(want)
             continue
         found, _, complete = pl.enumerate(script, PAIR_SEARCH_LIMIT, want)
         hit = next(((i, a) for i, a in found if want in _pairs_of(a)), None)
