@@ -285,3 +285,27 @@ def test_relu_sign_reasoning_proves_and_still_refutes(solver_calls):
     assert solver_calls == []
     res = bounded_check(rules["relu_after_conv_of_relu_input_is_not_redundant"], numeric_first=False)
     assert res.status == "refuted" and res.counterexample["kind"] == "z3"
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 2)), ((2, 3, 4), (4, 5)), ((4,), (2, 4, 3)), ((2, 1, 3, 4), (3, 4)),
+                                    ((4,), (4,)), ((1, 2, 3), (2, 3, 2))], ids=str)
+def test_matmul_over_polynomials_matches_numpy(shapes):
+    from taso_tvm.graph.ops import OPS
+
+    rng = np.random.default_rng(2)
+    ring = Ring()
+    vals = [rng.integers(-3, 4, s) for s in shapes]
+    syms, values = [], {}
+    for k, v in enumerate(vals):
+        arr = np.empty(v.shape, dtype=object)
+        for idx in np.ndindex(v.shape):
+            arr[idx] = ring.var(f"v{k}{idx}")
+            values[f"v{k}{idx}"] = int(v[idx])
+        syms.append(arr)
+    if shapes == ((2, 1, 3, 4), (3, 4)):  # inner dimensions must agree: transpose the second
+        vals[1], syms[1] = vals[1].T, syms[1].T
+    (y,) = OPS["matmul"].z3(syms, {"activation": "none"})
+    ref = np.matmul(vals[0], vals[1])
+    assert y.shape == np.shape(ref)
+    got = np.array([float(p.evaluate(values)) for p in y.ravel()]).reshape(y.shape)
+    np.testing.assert_array_equal(got, ref)

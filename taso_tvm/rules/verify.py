@@ -243,13 +243,15 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
         if not inst.rule.tgt_outputs:
             return "proven", "", None
         tgt = _rewrite(inst)
+        poly = _poly_sides(inst, tgt)
+        if poly is not None and _poly_equal(poly):
+            return "proven", "", None
         if numeric_first:  # fast refutation with concrete numbers
             ok, detail, feeds = numpy_check(inst)
             if not ok:
                 return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
-        proof = _poly_proof(inst, tgt, timeout)
-        if proof is not None:
-            return proof
+        if poly is not None:
+            return _poly_solve(inst, tgt, poly, timeout)
         syms = _symbols(inst)
         memo: dict = {}
         try:
@@ -304,10 +306,9 @@ def _rewrite(inst: Instance) -> TensorGraph:
         raise _Verdict("unknown", f"the rewrite is cyclic at {inst.describe()}: {err}") from None
 
 
-def _poly_proof(inst: Instance, tgt: TensorGraph, timeout: float) -> Optional[tuple]:
-    """The proof with exact polynomials (`poly.py`): proven when every output element has the same normal form on
-    both sides; the elements that differ go to the solver with the functions' exact semantics. None when some value
-    is not a polynomial of the input elements (the Z3 evaluation decides then)."""
+def _poly_sides(inst: Instance, tgt: TensorGraph) -> Optional[tuple]:
+    """Both sides' outputs as exact polynomials (`poly.py`): (ring, source outputs, target outputs), or None when
+    some value is not a polynomial of the input elements (the Z3 evaluation decides then)."""
     ring = Ring()
     memo: dict = {}
     try:
@@ -317,12 +318,23 @@ def _poly_proof(inst: Instance, tgt: TensorGraph, timeout: float) -> Optional[tu
     except Exception as err:  # noqa: BLE001  (an operator outside polynomial arithmetic: the Z3 path decides)
         log.debug("no polynomial evaluation at %s: %s", inst.describe(), err)
         return None
+    return ring, src, dst
+
+
+def _poly_equal(poly: tuple) -> bool:
+    """Every output has the same shape and every element the same normal form on both sides: a proof."""
+    _, src, dst = poly
+    return all(a.shape == b.shape and all(x.same(y) for x, y in zip(a.flat, b.flat)) for a, b in zip(src, dst))
+
+
+def _poly_solve(inst: Instance, tgt: TensorGraph, poly: tuple, timeout: float) -> tuple:
+    """The elements whose normal forms differ go to the solver, with the functions' exact semantics (a refuting
+    `_Verdict` when an output's shape differs)."""
+    ring, src, dst = poly
     differ = []
     for o, (a, b) in enumerate(zip(src, dst)):
         _same_shape(inst, o, a, b)
         differ += [(o, idx, a[idx], b[idx]) for idx in np.ndindex(a.shape) if not a[idx].same(b[idx])]
-    if not differ:
-        return "proven", "", None
     conv = Z3Converter(ring)
     residual = [(o, idx, x, y) for o, idx, x, y in ((o, i, conv.poly(p), conv.poly(q)) for o, i, p, q in differ)
                 if not _simplify_equal(x, y)]
