@@ -309,3 +309,20 @@ def test_matmul_over_polynomials_matches_numpy(shapes):
     assert y.shape == np.shape(ref)
     got = np.array([float(p.evaluate(values)) for p in y.ravel()]).reshape(y.shape)
     np.testing.assert_array_equal(got, ref)
+
+
+def test_polynomials_over_budget_fall_back_to_z3_terms(monkeypatch, solver_calls):
+    """Where the expanded polynomials would be too large the instance is decided on Z3 terms, with the same
+    verdicts."""
+    from taso_tvm.rules import poly
+
+    ring = Ring(budget=3)
+    x, y = ring.var("x"), ring.var("y")
+    with pytest.raises(poly.BudgetExceeded):
+        (x + y) * (x - y)
+    monkeypatch.setattr(poly, "PRODUCT_BUDGET", 10)
+    rules = _rules(CONV_RULES)
+    assert bounded_check(rules["conv_kernel_sum"]).status == "proven"
+    wrong = _rules(WRONG_CONV_RULES)["same_padding_as_symmetric"]
+    res = bounded_check(wrong, numeric_first=False)
+    assert res.status == "refuted" and res.counterexample["kind"] == "z3"

@@ -11,8 +11,12 @@ is non-negative by its form (every monomial a product of relu atoms and squares,
 where p is non-positive by its form. Float constants are read as the rational of their shortest decimal form,
 as `z3.RealVal` reads them.
 
+An evaluation that would multiply more than `PRODUCT_BUDGET` monomials stops (`BudgetExceeded`): the verifier then
+uses Z3 terms, whose shared subterms stay small where the expanded form does not.
+
 The operators' Z3 slots accept these values: `graph.ops.elementwise` dispatches relu, functions, reciprocals and
-max to `Poly.sym_apply` when a value has one (the graph package never imports this module).
+max to `Poly.sym_apply` when a value has one, and conv2d and matmul sum their products with `Poly.sym_dot` (the
+graph package never imports this module).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from numbers import Rational
 from typing import Any, Iterable, Optional
 
 import numpy as np
+
+PRODUCT_BUDGET = 4_000_000  # monomial products per evaluation (a few seconds); beyond it Z3's terms are used
 
 # functions with an exact meaning on constants (folded); every other name is uninterpreted on non-constants
 _CONST_FOLD = {
@@ -47,11 +53,16 @@ def coefficient(v: Any) -> Any:
     raise TypeError(f"not a number: {type(v).__name__}")
 
 
+class BudgetExceeded(ArithmeticError):
+    """The evaluation multiplied more monomials than its ring's budget (the expanded form is too large)."""
+
+
 class Ring:
     """The atoms of one evaluation: input elements and interned function applications, each an int id (the
-    monomials' order)."""
+    monomials' order); `budget`: how many monomial products the evaluation may compute."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Optional[int] = None) -> None:
+        self.budget = PRODUCT_BUDGET if budget is None else budget
         self.atoms: list = []  # id -> ("var", name) | ("app", function, argument polys)
         self._ids: dict = {}  # ("var", name) | ("app", function, argument keys) -> id
         self.nonneg: list = []  # id -> the atom is >= 0 for all inputs (relu; max with such an argument)
@@ -90,6 +101,11 @@ class Ring:
             self.atoms.append(("app", name, args))
             self.nonneg.append(name == "relu" or name == "max" and any(a.sign() > 0 for a in args))
         return Poly(self, {(i,): 1})
+
+    def spend(self, products: int) -> None:
+        self.budget -= products
+        if self.budget < 0:
+            raise BudgetExceeded("the expanded polynomials exceed the product budget")
 
     def atom_value(self, i: int, values: dict) -> Fraction:
         a = self.atoms[i]
@@ -206,6 +222,7 @@ class Poly:
         if len(a) == 1 and () in a:
             c = a[()]
             return Poly(self.ring, {m: k * c for m, k in b.items()})
+        self.ring.spend(len(a) * len(b))
         out: dict = {}
         for m1, c1 in a.items():
             for m2, c2 in b.items():
@@ -255,6 +272,7 @@ class Poly:
                 y = ring.lift(y)
             if x.ring is not ring or y.ring is not ring:
                 raise TypeError("a polynomial of another ring")
+            ring.spend(len(x.terms) * len(y.terms))
             for m1, c1 in x.terms.items():
                 for m2, c2 in y.terms.items():
                     m = _times(m1, m2)
