@@ -12,7 +12,7 @@ to apply there. `plan_instances` covers the choices by combinations, not by valu
 * every combination, when there are at most `EXHAUSTIVE_LIMIT` of them;
 * otherwise every *pair* of values of two choices that occur together (a greedy covering array); a pair no
   admissible instance covers is searched for exhaustively (it is then outside the rule's domain) or reported as
-  not covered;
+  not covered (after the first such pair, which makes a proof impossible, the others are not searched for);
 * plus one instance with every dimension symbol >= 4 where the source builds within the size bound.
 
 The sample depends on the rule's content (its canonical form), never on its name or file position.
@@ -335,6 +335,15 @@ def _key(v: Any) -> str:
     return out
 
 
+def _offered(v: Any, dom: list) -> bool:
+    """v is one of the domain's values (by `_key`: 1, 1.0 and True differ)."""
+    t = type(v)
+    if (t is int or t is str) and all(type(d) is t for d in dom):  # the common case, fast
+        return v in dom
+    k = _key(v)
+    return any(_key(d) == k for d in dom)
+
+
 def _symbols_of(alt: dict) -> list:
     return sorted({d for s in alt.values() for d in s if isinstance(d, str)})
 
@@ -410,6 +419,7 @@ class _Planner:
         self.memo: dict = {}  # script -> outcome, for the enumerations of pair searches
         self.instances: list = []
         self.oversize = 0
+        self.syms = frozenset(d for alt in (rule.verify.shapes or [{}]) for d in _symbols_of(alt))
 
     # -------------------------------------------------------- one attempt
     def run(self, script: dict, fill: Optional[Callable[[str, list, dict], Any]], large: bool = False,
@@ -439,8 +449,8 @@ class _Planner:
             scope.append((name, dom))
             if name in script:
                 v = script[name]
-                if not large or name not in self._syms():
-                    if _key(v) not in {_key(d) for d in dom}:
+                if not large or name not in self.syms:
+                    if not _offered(v, dom):
                         raise _Reject(f"{name}={v} not offered")
             elif fill is None:
                 raise _Branch(name, dom)
@@ -462,8 +472,8 @@ class _Planner:
                 self._offer(scope, assign)
         return inst, assign, scope
 
-    def _syms(self) -> set:
-        return {d for alt in (self.rule.verify.shapes or [{}]) for d in _symbols_of(alt)}
+    def _syms(self) -> frozenset:
+        return self.syms
 
     def _offer(self, scope: list, assign: dict) -> None:
         """Record the pairs this attempt offered: each chosen value with every value a later choice could take
@@ -616,6 +626,9 @@ def _pairwise(pl: _Planner, plan: Plan) -> None:
                 done = True
                 break
         if done or want in pl.covered:
+            continue
+        if missed:  # the plan is incomplete already (no proof): its instances are still checked, not searched for
+            missed.add(want)
             continue
         found, _, complete = pl.enumerate(script, PAIR_SEARCH_LIMIT, want)
         hit = next(((i, a) for i, a in found if want in _pairs_of(a)), None)

@@ -2,13 +2,17 @@
 
 *Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
 (`instances.py`: every combination, or every pair, plus one instance with every dim >= 4); a target that does not
-build or changes type where the source builds and the constraints hold is a counterexample; every input element is a
-Z3 Real; both sides are evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output
-element is proven equal (first by polynomial normalisation, then by the solver). A disagreement comes back as a
-counterexample (shapes, attributes, input values), confirmed with the NumPy semantics when it involves
-uninterpreted functions.
+build or changes type where the source builds and the constraints hold is a counterexample; both sides are
+evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output element is proven equal.
+The slots run first over exact polynomials of the input elements (`poly.py`: rational coefficients; relu, max,
+reciprocals and other functions as atoms of their normalised arguments): equal normal forms prove an element without
+a solver call. Elements whose normal forms differ (and every element, where some value is not a polynomial) are
+Z3 terms over one Z3 Real per input element, with the functions' exact semantics (relu and max as If, the rest
+uninterpreted); Z3's own normalisation, then the solver decides them. A disagreement comes back as a counterexample
+(shapes, attributes, input values), confirmed with the NumPy semantics when it involves uninterpreted functions.
 
-*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms.
+*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms. Its query runs
+under a Z3 resource limit (`AXIOMATIC_RLIMIT`, deterministic) as well as the rule's timeout.
 
 A rule is *verified* when the bounded proof covers its choices and succeeds, and the axiomatic proof succeeds or does
 not apply (then it is "bounded-only"). Every solver call runs in a solver process killed at a hard deadline (`solver_process.py`): "unknown" means
@@ -37,14 +41,19 @@ from ..graph.tensor_graph import CycleError
 from .instances import Instance, NoInstance, numpy_check, plan_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
+from .poly import Ring, Z3Converter, lift_array
 from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-2"  # bump when a change can alter a verdict
+VERIFIER_VERSION = "taso-tvm-verify-3"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
+# Z3's resource limit for one axiomatic proof (deterministic, unlike a wall-clock limit): every proof of the library
+# and the test suites takes at most ~22,000 units, and a query that cannot succeed burns ~200,000 units per second,
+# so it stops in about a second instead of at the timeout. Running out is "unknown", never "proven".
+AXIOMATIC_RLIMIT = 250_000
 
 
 STATUSES = ("verified", "refuted", "unproven")
@@ -123,10 +132,15 @@ def _obj(v: Any) -> np.ndarray:
     return out
 
 
-def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict) -> list:
-    """Evaluate tensors with the registry's Z3 semantics. `symbols`: input name or weight key -> object array."""
+def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict, ring: Optional[Ring] = None) -> list:
+    """Evaluate tensors with the registry's Z3 semantics. `symbols`: input name or weight key -> object array.
+
+    With `ring`, the values are exact polynomials of that ring (`poly.py`): constants and every operator's outputs
+    are lifted into it (TypeError / ValueError where an element is not a polynomial or a finite number)."""
     from ..graph.ops.elementwise import z3_val
     from ..graph.tensor_graph import weight_array
+
+    conv = z3_val if ring is None else ring.lift
 
     refs = list(refs)
     for node in TensorGraph(graph.store, refs).topo_order():
@@ -142,26 +156,30 @@ def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict) -
                 arr = np.asarray(weight_array(node))
                 z = np.empty(arr.shape, dtype=object)
                 for i in np.ndindex(arr.shape):
-                    z[i] = z3_val(arr[i].item())
+                    z[i] = conv(arr[i].item())
                 out = [z]
         elif node.op == "opaque" or node.opdef.z3 is None:
             raise GraphError(f"operator {node.op} has no Z3 semantics")
         else:
             args = [memo[i][j] for i, j in node.inputs]
             out = [_obj(v) for v in node.opdef.z3(args, node.attrs)]
+            if ring is not None:
+                out = [lift_array(ring, v) for v in out]
         memo[node.id] = out
     return [memo[i][j] for i, j in refs]
 
 
-def _symbols(inst: Instance) -> dict:
+def _symbols(inst: Instance, ring: Optional[Ring] = None) -> dict:
+    """A symbol per input element, named `v[i, j, ...]`: a z3 Real, or with `ring`, that ring's variable."""
     import z3
 
+    make = z3.Real if ring is None else ring.var
     syms = {}
     for v in inst.rule.inputs:
         shape = inst.shapes[v]
         arr = np.empty(shape, dtype=object)
         for idx in np.ndindex(*shape):
-            arr[idx] = z3.Real(f"{v}{list(idx)}")
+            arr[idx] = make(f"{v}{list(idx)}")
         syms[f"var:{v}" if v in inst.weight_vars else v] = arr
     return syms
 
@@ -225,10 +243,15 @@ def check_instance(inst: Instance, timeout: float, strict: bool = False, numeric
         if not inst.rule.tgt_outputs:
             return "proven", "", None
         tgt = _rewrite(inst)
+        poly = _poly_sides(inst, tgt)
+        if poly is not None and _poly_equal(poly):
+            return "proven", "", None
         if numeric_first:  # fast refutation with concrete numbers
             ok, detail, feeds = numpy_check(inst)
             if not ok:
                 return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+        if poly is not None:
+            return _poly_solve(inst, tgt, poly, timeout)
         syms = _symbols(inst)
         memo: dict = {}
         try:
@@ -283,26 +306,69 @@ def _rewrite(inst: Instance) -> TensorGraph:
         raise _Verdict("unknown", f"the rewrite is cyclic at {inst.describe()}: {err}") from None
 
 
+def _poly_sides(inst: Instance, tgt: TensorGraph) -> Optional[tuple]:
+    """Both sides' outputs as exact polynomials (`poly.py`): (ring, source outputs, target outputs), or None when
+    some value is not a polynomial of the input elements (the Z3 evaluation decides then)."""
+    ring = Ring()
+    memo: dict = {}
+    try:
+        syms = _symbols(inst, ring)
+        src = z3_evaluate(inst.graph, inst.graph.outputs, syms, memo, ring)
+        dst = z3_evaluate(tgt, tgt.outputs, syms, memo, ring)
+    except Exception as err:  # noqa: BLE001  (an operator outside polynomial arithmetic: the Z3 path decides)
+        log.debug("no polynomial evaluation at %s: %s", inst.describe(), err)
+        return None
+    return ring, src, dst
+
+
+def _poly_equal(poly: tuple) -> bool:
+    """Every output has the same shape and every element the same normal form on both sides: a proof."""
+    _, src, dst = poly
+    return all(a.shape == b.shape and all(x.same(y) for x, y in zip(a.flat, b.flat)) for a, b in zip(src, dst))
+
+
+def _poly_solve(inst: Instance, tgt: TensorGraph, poly: tuple, timeout: float) -> tuple:
+    """The elements whose normal forms differ go to the solver, with the functions' exact semantics (a refuting
+    `_Verdict` when an output's shape differs)."""
+    ring, src, dst = poly
+    differ = []
+    for o, (a, b) in enumerate(zip(src, dst)):
+        _same_shape(inst, o, a, b)
+        differ += [(o, idx, a[idx], b[idx]) for idx in np.ndindex(a.shape) if not a[idx].same(b[idx])]
+    conv = Z3Converter(ring)
+    residual = [(o, idx, x, y) for o, idx, x, y in ((o, i, conv.poly(p), conv.poly(q)) for o, i, p, q in differ)
+                if not _simplify_equal(x, y)]
+    return _solve(inst, tgt, _symbols(inst), residual, timeout) if residual else ("proven", "", None)
+
+
+def _same_shape(inst: Instance, o: int, a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        raise _Verdict("refuted", f"output {inst.rule.outputs[o]}: shape {a.shape} vs {b.shape}",
+                       _counterexample(inst, "type", "shape mismatch"))
+
+
+def _simplify_equal(x: Any, y: Any) -> bool:
+    """x and y are syntactically equal, or Z3's sum-of-monomials normalisation of x - y is 0."""
+    import z3
+
+    if x.eq(y):
+        return True
+    d = z3.simplify(x - y, som=True)
+    return z3.is_rational_value(d) and d.as_fraction() == 0
+
+
 def _residual(inst: Instance, src: list, dst: list) -> list:
     """[(output, index, source element, target element)] for the elements that polynomial normalisation does not
     prove equal (a refuting `_Verdict` when an output's shape differs)."""
-    import z3
-
     from ..graph.ops.elementwise import z3_val
 
     residual = []
     for o, (a, b) in enumerate(zip(src, dst)):
-        if a.shape != b.shape:
-            raise _Verdict("refuted", f"output {inst.rule.outputs[o]}: shape {a.shape} vs {b.shape}",
-                           _counterexample(inst, "type", "shape mismatch"))
+        _same_shape(inst, o, a, b)
         for idx in np.ndindex(a.shape):
             x, y = z3_val(a[idx]), z3_val(b[idx])
-            if x.eq(y):
-                continue
-            d = z3.simplify(x - y, som=True)
-            if z3.is_rational_value(d) and d.as_fraction() == 0:
-                continue
-            residual.append((o, idx, x, y))
+            if not _simplify_equal(x, y):
+                residual.append((o, idx, x, y))
     return residual
 
 
@@ -478,9 +544,12 @@ def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
     names = {ax.name for ax in relevant}
     enc = Encoder()
     status, detail = prove(rule, axioms, limit, formulas=axiom_formulas(enc, relevant), enc=enc,
-                           check=lambda solver: check_smt2(solver.to_smt2(), limit, {"smt.mbqi": False}))
+                           check=lambda solver: check_smt2(solver.to_smt2(), limit,
+                                                           {"smt.mbqi": False, "rlimit": AXIOMATIC_RLIMIT}))
     if status == "proven":
         return status, f"{len(names)} of {len(axioms)} axioms"
+    if "canceled" in detail or "resource limit" in detail:
+        return status, f"solver: resource limit ({AXIOMATIC_RLIMIT} units) reached"
     return status, detail
 
 

@@ -56,7 +56,14 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 # Values are NumPy object arrays of z3 Real expressions (plain numbers allowed). ReLU is exact (If); other
 # non-linear functions are uninterpreted Real -> Real functions; a / b is a * recip(b) with recip uninterpreted
 # unless b is a numeral (exact for b != 0; what IEEE gives for b == 0 is outside the real-number model anyway).
+# The slots also accept the verifier's exact polynomials (`rules.poly.Poly`): any value with a `sym_apply(name,
+# *others)` method gets relu, the functions, recip and max through it (`z3_apply`, `z3_max`).
 _Z3_FUNCS: dict = {}
+
+
+def _symbolic(v: Any) -> bool:
+    """A symbolic value that is not a z3 expression (it applies functions itself)."""
+    return hasattr(v, "sym_apply")
 
 
 def z3_fn(name: str) -> Any:
@@ -73,7 +80,7 @@ def z3_val(v: Any) -> Any:
     """A z3 Real for a number or a z3 expression."""
     import z3
 
-    if z3.is_expr(v):
+    if z3.is_expr(v) or _symbolic(v):
         return v
     if isinstance(v, (bool, np.bool_)):
         return z3.RealVal(int(v))
@@ -96,6 +103,8 @@ def z3_recip(v: Any) -> Any:
     import z3
 
     v = z3_val(v)
+    if _symbolic(v):
+        return v.sym_apply("recip")
     s = z3.simplify(v) if not z3.is_rational_value(v) else v
     if z3.is_rational_value(s) and s.as_fraction() != 0:
         return z3.RealVal(1) / s
@@ -110,10 +119,30 @@ def _z3_div(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     return [out]
 
 
+def z3_apply(name: str, v: Any) -> Any:
+    """The uninterpreted function `name` applied to v."""
+    v = z3_val(v)
+    return v.sym_apply(name) if _symbolic(v) else z3_fn(name)(v)
+
+
+def z3_max(a: Any, b: Any) -> Any:
+    """max(a, b), exact (If)."""
+    import z3
+
+    if _symbolic(a):
+        return a.sym_apply("max", b)
+    if _symbolic(b):
+        return b.sym_apply("max", a)
+    a, b = z3_val(a), z3_val(b)
+    return z3.If(b > a, b, a)
+
+
 def _z3_relu(v: Any) -> Any:
     import z3
 
     v = z3_val(v)
+    if _symbolic(v):
+        return v.sym_apply("relu")
     return z3.If(v > 0, v, z3.RealVal(0))
 
 
@@ -122,7 +151,7 @@ def _z3_unary(fn: Callable[[Any], Any]) -> Z3Fn:
 
 
 def _z3_uf(name: str) -> Z3Fn:
-    return lambda x, a: [z3_map(lambda v: z3_fn(name)(z3_val(v)), x[0])]
+    return lambda x, a: [z3_map(lambda v: z3_apply(name, v), x[0])]
 
 
 R = relax.op

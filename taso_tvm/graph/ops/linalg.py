@@ -33,9 +33,32 @@ def _matmul_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _matmul_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    y = np.matmul(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object))
+    p, q = np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object)
+    sym = next((v.flat[0] for v in (p, q) if v.size and hasattr(v.flat[0], "sym_dot")), None)
+    # the verifier's polynomials: one in-place sum of products per element
+    y = _matmul_dot(p, q, sym.sym_dot) if sym is not None else np.matmul(p, q)
     return [z3_activation(a["activation"], np.asarray(y, dtype=object) if isinstance(y, np.ndarray) else
                           np.array(y, dtype=object))]
+
+
+def _matmul_dot(p: np.ndarray, q: np.ndarray, dot) -> np.ndarray:
+    """np.matmul over object arrays (1-D operands, broadcast batch dims) with `dot(xs, ys)` per element."""
+    a = p[None, :] if p.ndim == 1 else p
+    b = q[:, None] if q.ndim == 1 else q
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    m, n = a.shape[-2], b.shape[-1]
+    out = np.empty(batch + (m, n), dtype=object)
+    for idx in np.ndindex(*batch):
+        ai, bi = a[idx], b[idx]
+        for i, j in np.ndindex(m, n):
+            out[idx + (i, j)] = dot(ai[i], bi[:, j])
+    if p.ndim == 1:
+        out = out[..., 0, :]
+    if q.ndim == 1:
+        out = out[..., 0]
+    return out
 
 
 def _matmul_lift(call: relax.Call) -> Optional[tuple[list, dict]]:

@@ -128,9 +128,30 @@ def _conv_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _conv_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    y = conv2d_numpy(np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object), a["strides"], a["padding"],
-                     a["dilation"], a["groups"])
+    xs, ws = np.asarray(x[0], dtype=object), np.asarray(x[1], dtype=object)
+    sym = next((v.flat[0] for v in (xs, ws) if v.size and hasattr(v.flat[0], "sym_dot")), None)
+    if sym is not None:  # the verifier's polynomials: one in-place sum of products per output element
+        y = _conv_dot(xs, ws, a["strides"], a["padding"], a["dilation"], a["groups"], sym.sym_dot)
+    else:
+        y = conv2d_numpy(xs, ws, a["strides"], a["padding"], a["dilation"], a["groups"])
     return [z3_activation(a["activation"], y)]
+
+
+def _conv_dot(x: np.ndarray, w: np.ndarray, strides: Sequence[int], padding: Sequence[int],
+              dilation: Sequence[int], groups: int, dot) -> np.ndarray:
+    """conv2d_numpy over object arrays with `dot(xs, ys)` for each output element's sum of products."""
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    oh = _out_len(x.shape[2], kh, strides[0], padding[0], padding[2], dilation[0])
+    ow = _out_len(x.shape[3], kw, strides[1], padding[1], padding[3], dilation[1])
+    win = _windows(x, kh, kw, strides, padding, dilation, oh, ow).reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.reshape(groups, o // groups, cg * kh * kw)
+    out = np.empty((n, groups, o // groups, oh, ow), dtype=object)
+    for b, g, i, j in np.ndindex(n, groups, oh, ow):
+        vec = win[b, g, :, i, j].reshape(-1)
+        for k in range(o // groups):
+            out[b, g, k, i, j] = dot(vec, wg[g, k])
+    return out.reshape(n, o, oh, ow)
 
 
 def _conv_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
@@ -208,7 +229,7 @@ def _pool_z3(kind: str) -> Z3Fn:
     def fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
         import z3
 
-        from .elementwise import z3_val
+        from .elementwise import z3_max, z3_val
 
         x = np.asarray(x[0], dtype=object)
         n, c, h, w = x.shape
@@ -234,10 +255,13 @@ def _pool_z3(kind: str) -> Z3Fn:
                         continue
                     m = vals[0]
                     for v in vals[1:]:
-                        m = z3.If(v > m, v, m)
+                        m = z3_max(m, v)
                     out[b, ch, i, j] = m
+                elif not cnt:
+                    out[b, ch, i, j] = z3.Real("nan")  # 0/0 as in NumPy
                 else:
-                    out[b, ch, i, j] = z3.Sum(vals) / cnt if cnt else z3.Real("nan")  # 0/0 as in NumPy
+                    exact = all(z3.is_expr(v) for v in vals)  # else the verifier's polynomials
+                    out[b, ch, i, j] = (z3.Sum(vals) if exact else sum(vals[1:], vals[0])) / cnt
         return [out]
     return fn
 
@@ -294,14 +318,14 @@ def _bn_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 def _bn_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """(x - mean) * (gamma * recip(sqrt(var + eps))) + beta, eps rounded to float32 as the NumPy version does."""
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     data, gamma, beta, mean, var = (np.asarray(v, dtype=object) for v in x)
     ax = normalize_axis(a["axis"], data.ndim)
     shape = [1] * data.ndim
     shape[ax] = -1
     eps = float(np.float32(a["epsilon"]))
-    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), var)
     scale = (gamma * inv).reshape(shape)
     return [(data - mean.reshape(shape)) * scale + beta.reshape(shape)]
 
@@ -335,11 +359,11 @@ def _softmax_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 def _softmax_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     """exp(x) * recip(sum(exp(x))) along the axis (exp uninterpreted; the max shift cancels mathematically)."""
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     v = np.asarray(x[0], dtype=object)
     ax = normalize_axis(a["axis"], v.ndim)
-    e = z3_map(lambda t: z3_fn("exp")(z3_val(t)), v)
+    e = z3_map(lambda t: z3_apply("exp", t), v)
     return [e * z3_map(z3_recip, e.sum(axis=ax, keepdims=True))]
 
 
@@ -373,14 +397,14 @@ def _ln_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _ln_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    from .elementwise import z3_fn, z3_map, z3_recip, z3_val
+    from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
     data, gamma, beta = (np.asarray(v, dtype=object) for v in x)
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     mean = data.mean(axis=axes, keepdims=True)
     var = ((data - mean) * (data - mean)).mean(axis=axes, keepdims=True)
     eps = float(a["epsilon"])
-    inv = z3_map(lambda v: z3_recip(z3_fn("sqrt")(z3_val(v) + eps)), var)
+    inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), var)
     return [(data - mean) * inv * gamma + beta]
 
 
