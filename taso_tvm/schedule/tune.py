@@ -250,9 +250,10 @@ class _Ledger:
         out: dict = {}
         seen: dict = {}
         for rec in self.db.get_all_tuning_records():
-            wid = id(rec.workload)
+            workload = rec.workload
+            wid = workload.__chandle__()  # the database's own object (a Python wrapper's id() is reused)
             if wid not in seen:
-                seen[wid] = structural_hash(rec.workload.mod) & (2**64 - 1)
+                seen[wid] = structural_hash(workload.mod) & (2**64 - 1)
             secs = [float(s) for s in rec.run_secs] if rec.run_secs is not None else []
             mean = sum(secs) / len(secs) if secs and max(secs) < INVALID_SECONDS else None
             out.setdefault(seen[wid], []).append(mean)
@@ -340,17 +341,26 @@ def _our_schedule(task_mod: tvm.IRModule, target: Target, name: str) -> Optional
 
 
 def _attach_file_log(db_dir: str) -> tuple:
-    """MetaSchedule's per-trial log goes to <db>/taso_tune.log (it is long), not to the console."""
+    """MetaSchedule's log (long: every trial) goes to <db>/taso_tune.log, not to the console. Returns what
+    `_detach_file_log` restores."""
     handler = logging.FileHandler(os.path.join(db_dir, LOG_FILE))
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s [%(levelname)s] %(message)s"))
-    handler.setLevel(logging.DEBUG)
-    ms_log = logging.getLogger("taso_tvm.schedule.tune.metaschedule")
-    ms_log.setLevel(logging.DEBUG)
-    ms_log.propagate = False
-    ms_log.addHandler(handler)
-    tvm_log = logging.getLogger("tvm.s_tir.meta_schedule")
-    tvm_log.addHandler(handler)
-    return ms_log, tvm_log, handler
+    ms_log = logging.getLogger("taso_tvm.schedule.tune.metaschedule")  # the tasks' loggers
+    tvm_log = logging.getLogger("tvm.s_tir.meta_schedule")  # the task scheduler's, builder's, runner's
+    saved = [(lg, lg.level, lg.propagate) for lg in (ms_log, tvm_log)]
+    for lg in (ms_log, tvm_log):
+        lg.setLevel(logging.INFO)
+        lg.propagate = False
+        lg.addHandler(handler)
+    return ms_log, saved, handler
+
+
+def _detach_file_log(saved: list, handler: logging.Handler) -> None:
+    for lg, level, propagate in saved:
+        lg.removeHandler(handler)
+        lg.setLevel(level)
+        lg.propagate = propagate
+    handler.close()
 
 
 def tune_module(mod: tvm.IRModule, target: Target, trials: int, db_dir: Optional[str] = None,
@@ -372,32 +382,33 @@ def tune_module(mod: tvm.IRModule, target: Target, trials: int, db_dir: Optional
     ledger = _Ledger(db_dir)
     report = TuneReport(db_dir, trials)
     measure = _Measurer(threads)
-    ms_log, tvm_log, handler = _attach_file_log(db_dir)
+    ms_log, saved, handler = _attach_file_log(db_dir)
     try:
-        tasks = _baselines(extracted, target, ledger, measure, report)
+        tasks = _baselines(extracted, target, ledger, measure, report, tuning=trials > 0)
         _tune(tasks, target, trials, ledger, measure, report, threads, seed, ms_log)
         _fill_results(tasks, ledger, report)
     finally:
-        ms_log.removeHandler(handler)
-        tvm_log.removeHandler(handler)
-        handler.close()
+        _detach_file_log(saved, handler)
     report.seconds = time.perf_counter() - t0
     log.info("%s", report.summary())
     return report
 
 
-def _baselines(extracted: list, target: Target, ledger: _Ledger, measure: _Measurer, report: TuneReport) -> list:
-    """Measure and commit our schedule of every task not yet in the ledger; returns [(task, TaskResult, key)]."""
+def _baselines(extracted: list, target: Target, ledger: _Ledger, measure: _Measurer, report: TuneReport,
+               tuning: bool = True) -> list:
+    """Measure and commit our schedule of every task not yet in the ledger (without `tuning`, only of the tasks
+    the database has records for); returns [(task, TaskResult, key)]."""
     from tvm.s_tir import meta_schedule as ms
 
     tasks, todo = [], []
+    recorded = set() if tuning else set(ledger.records())
     for task in extracted:
         task_mod = task.dispatched[0]
         res = TaskResult(task.task_name, int(task.weight))
         report.tasks.append(res)
         key = _Ledger.key(task_mod, target)
         tasks.append((task, res, key))
-        if key not in ledger.baselines:
+        if key not in ledger.baselines and (tuning or _workload_hash(task_mod) in recorded):
             sch = _our_schedule(task_mod, target, task.task_name)
             if sch is None:
                 res.note = "our schedule is not replayable: not tuned"
