@@ -183,6 +183,7 @@ class TuneReport:
     tasks: list = field(default_factory=list)  # TaskResult
     trials_run: int = 0
     seconds: float = 0.0
+    worth: set = field(default_factory=set)  # the keys of the tasks given to MetaSchedule
 
     @property
     def tuned_tasks(self) -> list:
@@ -442,7 +443,8 @@ def _trials_done(tasks: list, ledger: _Ledger) -> dict:
     return out
 
 
-def _tune(tasks: list, target: Target, trials: int, ledger: _Ledger, measure: _Measurer, report: TuneReport, threads: int, seed: int, ms_log: logging.Logger) -> None:
+def _tune(tasks: list, target: Target, trials: int, ledger: _Ledger, measure: _Measurer, report: TuneReport,
+          threads: int, seed: int, ms_log: logging.Logger) -> None:
     """Run MetaSchedule on the tasks worth tuning, for the trials the database does not hold yet."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -475,6 +477,7 @@ def _tune(tasks: list, target: Target, trials: int, ledger: _Ledger, measure: _M
                   num_trials_per_iter=per_iter, builder=measure.builder, runner=measure.runner, database=ledger.db,
                   cost_model=ms.cost_model.XGBModel(num_tuning_cores=max(1, threads)))
     report.trials_run = sum(len(v) for v in ledger.records().values()) - before
+    report.worth = {key for _, _, key in worth}
 
 
 def _fill_results(tasks: list, ledger: _Ledger, report: TuneReport) -> None:
@@ -483,6 +486,8 @@ def _fill_results(tasks: list, ledger: _Ledger, report: TuneReport) -> None:
     done = _trials_done(tasks, ledger)
     for task, res, key in tasks:
         res.trials = done[key]
+        if not res.trials and not res.note and key in report.worth:
+            res.note = "the trials ran out before this task"
         means = [m for m in by_hash.get(_workload_hash(task.dispatched[0]), []) if m is not None]
         if res.baseline is not None:  # our own record (the same run time, give or take the JSON round trip)
             ours = [m for m in means if abs(m - res.baseline) <= 1e-9 * res.baseline]
