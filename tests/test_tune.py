@@ -145,3 +145,13 @@ def test_tuning_end_to_end_on_a_matmul(tmp_path, capsys):
     assert second < first
     lib = relax.VirtualMachine(tvm.runtime.load_module(str(so)), tvm.cpu())
     compare(["z"], [lib["main"](tvm.runtime.tensor(x)).numpy()], [np.maximum(x @ w, 0)], 1e-4, 1e-4)
+
+
+def test_an_unreadable_database_is_one_line(tmp_path):
+    from taso_tvm.schedule.tune import open_database
+
+    (tmp_path / "database_workload.json").write_text("not json\n")
+    (tmp_path / "database_tuning_record.json").write_text("")
+    with pytest.raises(TuneError, match="cannot read the tuning database in"):
+        open_database(str(tmp_path))
+    assert open_database(prepare_db_dir(str(tmp_path / "new"))) is not None  # a fresh folder: an empty database

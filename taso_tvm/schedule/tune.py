@@ -109,7 +109,7 @@ def tuned_target(target: Target, threads: int) -> Target:
     if target.kind.name != "llvm":
         raise TuneError(f"--tune supports llvm targets only, not {target.kind.name}")
     spec = dict(target.export())
-    spec["num-cores"] = max(int(threads), 1)
+    spec.setdefault("num-cores", max(int(threads), 1))  # a target naming its cores keeps them
     return Target(spec)
 
 
@@ -215,14 +215,25 @@ class TuneReport:
 
 
 # ----------------------------------------------------------------------------------------- database
+def open_database(db_dir: str) -> Any:
+    """MetaSchedule's JSON database in `db_dir` (created empty if there is none); TuneError if its files do not
+    read."""
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        return ms.database.JSONDatabase(work_dir=db_dir)
+    except Exception as e:  # noqa: BLE001 - TVM reports a bad file as a RuntimeError with the parser's words
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise TuneError(f"cannot read the tuning database in '{db_dir}': {lines[-1] if lines else e} "
+                        "(remove the folder or name another with --tuning-db)") from None
+
+
 class _Ledger:
     """The database folder: MetaSchedule's JSON database plus the list of our baseline records."""
 
     def __init__(self, db_dir: str):
-        from tvm.s_tir import meta_schedule as ms
-
         self.dir = db_dir
-        self.db = ms.database.JSONDatabase(work_dir=db_dir)
+        self.db = open_database(db_dir)
         self.path = os.path.join(db_dir, BASELINES_FILE)
         self.baselines: dict = {}
         if os.path.exists(self.path):
@@ -504,11 +515,9 @@ def apply_database(db_dir: str) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="TasoApplyTuningDatabase")
     def _apply(mod: tvm.IRModule, ctx: Any) -> tvm.IRModule:
         from tvm import relax
-        from tvm.s_tir import meta_schedule as ms
 
         _cpu_intrinsics_only()
-        db = ms.database.JSONDatabase(work_dir=db_dir)
-        with db:
+        with open_database(db_dir):
             return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
 
     return _apply
