@@ -2,6 +2,7 @@
 
 The fast tests check the command line's settings and one-line errors; the slow one tunes a 64x64 matmul + relu
 end to end with a few real trials."""
+import os
 import sys
 import time
 
@@ -108,17 +109,19 @@ def test_tuning_end_to_end_on_a_matmul(tmp_path, capsys):
     ex, report = build_tuned(mod, target, 4, str(db), threads=2)
     first = time.monotonic() - t0
     assert report.trials_run >= 4 and [t.trials for t in report.tasks] == [report.trials_run]
-    records = ms.database.JSONDatabase(work_dir=str(db)).get_all_tuning_records()
+    sub = report.db_dir  # the folder for this CPU and thread count inside the database folder
+    assert os.path.dirname(sub) == str(db) and os.path.basename(sub).endswith("-2c")
+    records = ms.database.JSONDatabase(work_dir=sub).get_all_tuning_records()
     measured = [r for r in records if r.run_secs is not None and max(float(s) for s in r.run_secs) < 1e9]
     assert len(measured) >= 2  # our schedule's record and at least one measured MetaSchedule candidate
-    assert (db / BASELINES_FILE).exists() and report.tasks[0].baseline is not None
+    assert os.path.exists(os.path.join(sub, BASELINES_FILE)) and report.tasks[0].baseline is not None
 
     # the build applies the database: every PrimFunc is the best record's schedule, none is left to CpuSchedule
     tt = tuned_target(target, 2)
     fused = fused_module(mod, tt)
     with tt:
-        applied = apply_database(str(db))(fused)
-    db_obj = ms.database.JSONDatabase(work_dir=str(db))
+        applied = apply_database(sub)(fused)
+    db_obj = ms.database.JSONDatabase(work_dir=sub)
     tasks = ms.relax_integration.extract_tasks(fused, tt)
     assert len(tasks) == 1
     for task in tasks:
@@ -141,7 +144,7 @@ def test_tuning_end_to_end_on_a_matmul(tmp_path, capsys):
     second = time.monotonic() - t0
     out = capsys.readouterr().out
     assert "0 trial(s) run now, 4 in the database" in out, out
-    assert len(ms.database.JSONDatabase(work_dir=str(db)).get_all_tuning_records()) == len(records)
+    assert len(ms.database.JSONDatabase(work_dir=sub).get_all_tuning_records()) == len(records)
     assert second < first
     lib = relax.VirtualMachine(tvm.runtime.load_module(str(so)), tvm.cpu())
     compare(["z"], [lib["main"](tvm.runtime.tensor(x)).numpy()], [np.maximum(x @ w, 0)], 1e-4, 1e-4)
@@ -155,3 +158,14 @@ def test_an_unreadable_database_is_one_line(tmp_path):
     with pytest.raises(TuneError, match="cannot read the tuning database in"):
         open_database(str(tmp_path))
     assert open_database(prepare_db_dir(str(tmp_path / "new"))) is not None  # a fresh folder: an empty database
+
+
+def test_each_cpu_and_thread_count_has_its_own_records(tmp_path):
+    from taso_tvm.cli_model import parse_target
+    from taso_tvm.schedule.tune import target_db_dir, tuned_target
+
+    llvm = parse_target("llvm")
+    one, two = (target_db_dir(str(tmp_path), tuned_target(llvm, n)) for n in (1, 2))
+    assert one != two and os.path.isdir(one) and os.path.isdir(two)
+    assert target_db_dir(str(tmp_path), tuned_target(llvm, 2)) == two
+    assert int(tuned_target(parse_target('{"kind": "llvm", "num-cores": 4}'), 2).attrs["num-cores"]) == 4

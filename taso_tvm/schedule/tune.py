@@ -103,6 +103,17 @@ def prepare_db_dir(path: str) -> str:
     return path
 
 
+def target_db_dir(db_dir: str, target: Target) -> str:
+    """The folder inside `db_dir` holding the records of one target (CPU and cores): run times measured for
+    another CPU or thread count are not comparable, and MetaSchedule's query does not filter by target."""
+    import re
+
+    cpu = str(target.attrs.get("mcpu", "") or "generic")
+    cores = int(target.attrs.get("num-cores", 0) or 0)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target.kind.name}-{cpu}-{cores}c")
+    return prepare_db_dir(os.path.join(db_dir, name))
+
+
 def tuned_target(target: Target, threads: int) -> Target:
     """`target` with MetaSchedule's `num-cores` (the runtime threads the tuned code will run with); the build uses
     the same target as the tuning."""
@@ -378,13 +389,14 @@ def _detach_file_log(saved: list, handler: logging.Handler) -> None:
 def tune_module(mod: tvm.IRModule, target: Target, trials: int, db_dir: Optional[str] = None,
                 threads: int = 1, seed: int = 0) -> TuneReport:
     """Tune the kernels of `mod` (a Relax module before legalization) with MetaSchedule for up to `trials` trials
-    in total, into the database folder `db_dir`; `target` must be `tuned_target(...)`. See the module doc."""
+    in total, into the database folder `db_dir` (its subfolder for `target`, see `target_db_dir`); `target` must
+    be `tuned_target(...)`. See the module doc."""
     if trials < 0:
         raise TuneError(f"--tune takes a number of trials >= 0, not {trials}")
     check_dependencies()
     if target.kind.name != "llvm" or "num-cores" not in target.attrs:
         raise TuneError("tune_module needs an llvm target from tuned_target()")
-    db_dir = prepare_db_dir(db_dir or default_db_dir())
+    db_dir = target_db_dir(prepare_db_dir(db_dir or default_db_dir()), target)
     t0 = time.perf_counter()
     _cpu_intrinsics_only()
     from tvm.s_tir import meta_schedule as ms
@@ -524,10 +536,11 @@ def apply_database(db_dir: str) -> tvm.transform.Pass:
 
 
 def tuned_pipeline(target: Target, db_dir: str) -> tvm.transform.Pass:
-    """The "taso-schedule" pipeline with the tuning database applied before `CpuSchedule`."""
+    """The "taso-schedule" pipeline with the tuning database (`target`'s folder in `db_dir`) applied before
+    `CpuSchedule`."""
     from .pipeline import schedule_pipeline
 
-    return schedule_pipeline(target, pre_schedule=[apply_database(prepare_db_dir(db_dir))])
+    return schedule_pipeline(target, pre_schedule=[apply_database(target_db_dir(prepare_db_dir(db_dir), target))])
 
 
 def build_tuned(mod: tvm.IRModule, target: Target, trials: int, db_dir: Optional[str] = None,
