@@ -1,28 +1,31 @@
-"""MetaSchedule tuning of llvm builds, on top of the CPU schedules: `--tune TRIALS [--tuning-db DIR]`.
+"""MetaSchedule tuning of llvm builds, on top of the CPU schedules: `taso-tvm compile --tune TRIALS [--tuning-db DIR]`.
 
-    report = tune_module(mod, target, trials=64, db_dir="tuning-db")   # measures, fills the database
-    ex = tvm.compile(mod, tuned_target(target), relax_pipeline=tuned_pipeline(tuned_target(target), "tuning-db"))
+    ex, report = build_tuned(mod, target, trials=64, db_dir="tuning-db", threads=2)   # tune, then build
+    print(report.summary())
 
 The tasks are the PrimFuncs of the module exactly as `CpuSchedule` sees them (after the layout passes, LegalizeOps,
 FuseOps and FuseTIR). The build applies the database (MetaScheduleApplyDatabase) right before `CpuSchedule`,
-which then schedules what the database does not cover.
+which then schedules what the database does not cover. Records live in one subfolder of the database folder per
+target (CPU and `num-cores`): run times measured for another CPU or thread count are not comparable.
 
 Never slower, per task: before tuning, each task's own CPU schedule is measured with MetaSchedule's builder and
 runner (the same ones that measure the tuned candidates) and committed to the database as an ordinary tuning
 record (its schedule trace and run time). The database's best record for a task then *is* the faster of our
 schedule and every tuned candidate, so the build picks the tuned code only where it measured faster, and the
 search also starts from our schedule. (Chosen over comparing whole modules because it decides per kernel: a
-model keeps the kernels where tuning won and our schedules elsewhere.) Which records are baselines is kept in
-`taso_baselines.json` beside the database, so that trials are counted without them.
+model keeps the kernels where tuning won and our schedules elsewhere; the command line also times the whole
+tuned module against the untuned one and keeps the untuned one if it is slower.) Which records are baselines is
+kept in `taso_baselines.json` beside the database, so that trials are counted without them. Tasks under 1 % of
+the model's kernel time get no trials.
 
 Reuse: a task's trials already in the database count towards TRIALS; a second run with the same database and
-TRIALS tunes nothing (and measures no baseline again).
+TRIALS tunes nothing and measures no baseline again (TRIALS 0: build with what the database holds).
 
-Two TVM 0.27 quirks make MetaSchedule record nothing here unless worked around (the "Total trials: 0" symptom):
-its LocalBuilder's default build function and TuneContext import `tvm.s_tir.tensor_intrin`, which parses every
-GPU tensor intrinsic in TVMScript (CUDA alone: 20-90 s on 2 cores); the builder does it again in every freshly
-started worker for every batch, past its 30 s timeout, so every candidate fails to build. Here the builder uses
-a build function without that import, and the main process imports only the CPU intrinsics.
+Why MetaSchedule recorded nothing here before ("Total trials: 0"): its LocalBuilder's default build function
+imports `tvm.s_tir.tensor_intrin`, which parses every tensor intrinsic in TVMScript, the GPU ones included (CUDA
+alone: 20-90 s on 2 cores), in every freshly started build worker, for every batch; that runs past the builder's
+30 s timeout, so every candidate "fails to build". Here the builder uses a build function without that import,
+and the main process (TuneContext imports the package too) registers only the CPU intrinsics.
 """
 from __future__ import annotations
 
@@ -84,8 +87,8 @@ def check_dependencies() -> None:
 
 
 def default_db_dir() -> str:
-    """$TASO_TVM_TUNING_DB, else ~/.cache/taso_tvm/tuning-db (records are keyed by kernel and target, so one
-    database serves every model)."""
+    """$TASO_TVM_TUNING_DB, else ~/.cache/taso_tvm/tuning-db (records are kept per kernel and target, so one
+    folder serves every model)."""
     return os.environ.get(DEFAULT_DB_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "taso_tvm", "tuning-db")
 
 
