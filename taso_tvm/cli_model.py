@@ -295,6 +295,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _writable(args.output)
     _tolerances(args)
     target = parse_target(args.target)
+    if args.tune is not None:
+        _check_tune_args(args, target)
+    elif args.tuning_db:
+        raise CLIError("--tuning-db goes with --tune (--tune 0 builds with what the database holds)")
     threads = set_num_threads(args.threads)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, _ = read_onnx(args.model)
@@ -313,7 +317,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         enable_cuda_codegen()
     with target:  # nvcc takes the architecture from the current target when there is no GPU to ask
         ex = tvm.compile(new_mod, target=target, relax_pipeline=pipeline)
-    timing, decision = None, ""
+    timing, decision, built = None, "", new_mod  # built: the module `ex` was compiled from
     runnable = target.kind.name == "llvm" and report is not None and report.total is not None \
         and bool(report.total.rules_applied)
     if runnable and not (args.no_check and args.no_time_check):
@@ -329,7 +333,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if timing.verdict != "faster":
                 decision = (f"original: the optimized module is not faster ({timing.verdict}, ratio "
                             f"{timing.ratio:.3f})")
-                ex = ref
+                ex, built = ref, mod
+    tuning = None
+    if args.tune is not None:  # the last stage, on the graph chosen above
+        ex, tuning = _tune_stage(args, built, target, threads, ex, proto, shapes)
     _export_library(ex, args.output)
     write_signature(args.output, proto, shapes)
     if report is not None:
@@ -342,10 +349,56 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"{'written':24s}{decision or ('the optimized module' if rewritten else 'no rewrite was found')}")
     else:
         print(f"written to {args.output}")
+    if tuning is not None:
+        print(tuning)
     if target.kind.name == "llvm":
         print(f"{'build':24s}{'TVM default pipeline' if args.no_schedule else 'CPU schedules'} for {target}; "
               f"TVM runtime threads: {threads}")
     return 0
+
+
+def _check_tune_args(args: argparse.Namespace, target: Any) -> None:
+    """--tune's settings, checked before any work: llvm, the CPU schedules, MetaSchedule's dependencies."""
+    from .schedule.tune import TuneError, check_dependencies, prepare_db_dir
+
+    if target.kind.name != "llvm":
+        raise CLIError(f"--tune supports llvm targets only (MetaSchedule on CPU), not {target.kind.name}")
+    if args.no_schedule:
+        raise CLIError("--tune tunes on top of the CPU schedules: drop --no-schedule")
+    try:
+        check_dependencies()
+        if args.tuning_db:
+            prepare_db_dir(args.tuning_db)
+    except TuneError as e:
+        raise CLIError(str(e)) from None
+
+
+def _tune_stage(args: argparse.Namespace, mod: Any, target: Any, threads: int, untuned: Any, proto: Any,
+                shapes: Optional[dict]) -> tuple:
+    """(executable, summary text): `mod` tuned and built with the database; checked against the untuned build
+    (outputs, unless --no-check) and timed against it (unless --no-time-check): slower, the untuned one is kept."""
+    from .schedule.tune import build_tuned
+
+    ex, report = build_tuned(mod, target, args.tune, args.tuning_db, threads=threads)
+    lines = [report.summary()]
+    if not report.tuned_tasks:
+        lines.append(f"{'written':24s}the database picked our schedule for every task")
+        return ex, "\n".join(lines)
+    feeds = random_feeds(proto, shapes)
+    if not args.no_check:
+        compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(untuned, feeds), args.rtol,
+                args.atol)
+    if not args.no_time_check:
+        from .timing import compare_tvm
+
+        t = compare_tvm(untuned, ex, feeds, time_cap=args.time_cap, names=("untuned", "tuned"))
+        lines.append(f"{'latency (tuned)':24s}untuned {t.median_a * 1e3:.3f} ms, tuned {t.median_b * 1e3:.3f} ms: "
+                     f"ratio {t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}], {t.rounds} rounds ({t.verdict})")
+        if t.verdict == "slower":
+            lines.append(f"{'written':24s}the untuned build: the tuned one is slower as a whole")
+            return untuned, "\n".join(lines)
+    lines.append(f"{'written':24s}the tuned build ({len(report.tuned_tasks)} tuned task(s))")
+    return ex, "\n".join(lines)
 
 
 def build_pipeline(target: Any, no_schedule: bool = False) -> Any:
@@ -449,6 +502,17 @@ def _random_vm_inputs(module_path: str) -> list:
     return out
 
 
+def _trials(text: str) -> int:
+    """--tune's argument: a whole number of trials >= 0 (0: build with what the database holds)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of trials, not '{text}'") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"the number of trials must be >= 0, not {n}")
+    return n
+
+
 def add_model_commands(sub: Any) -> None:
     from .search import SearchConfig
 
@@ -504,6 +568,12 @@ def add_model_commands(sub: Any) -> None:
                    help="TVM runtime threads for the checks and timing (default: TVM's, the physical cores)")
     c.add_argument("--no-schedule", action="store_true",
                    help="build with TVM's default pipeline instead of the CPU schedules (llvm)")
+    c.add_argument("--tune", type=_trials, metavar="TRIALS",
+                   help="tune the kernels with MetaSchedule for TRIALS trials in all (llvm; needs taso-tvm[tune]); "
+                        "each kernel keeps the faster of its tuned and its CPU schedule")
+    c.add_argument("--tuning-db", metavar="DIR",
+                   help="the tuning database folder (created if missing; default ~/.cache/taso_tvm/tuning-db or "
+                        "$TASO_TVM_TUNING_DB); trials it already holds are not run again")
     common(c)
     c.set_defaults(func=cmd_compile)
 

@@ -5,6 +5,8 @@ mean; injective: element-wise and layout ops; a logged fallback for the rest).
     import taso_tvm.schedule                      # registers the "taso-schedule" Relax pipeline
     ex = tvm.compile(mod, target, relax_pipeline="taso-schedule")
 
+`taso_tvm.schedule.tune` adds MetaSchedule tuning on top (`taso-tvm compile --tune`; needs `taso-tvm[tune]`).
+
 The package reads TIR only; it imports nothing from the search, the rules or the faces.
 """
 from .apply import FALLBACK, RULES, CpuSchedule, ScheduleReport, schedule_func

@@ -6,7 +6,7 @@ baseline for the search, and fast CPU builds for users.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import tvm
 from tvm import relax
@@ -31,16 +31,17 @@ def graph_passes(target: Target) -> list:
     return [ConvWeightsIHWO(granule), PadConvWidth(granule)]
 
 
-def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None) -> list:
+def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None, pre_schedule: Sequence = ()) -> list:
     """The default Relax passes for `target`; on llvm with conv2d widths padded to whole vector halves first
-    (`PadConvWidth`) and the CPU schedule pass after FuseTIR."""
+    (`PadConvWidth`) and the CPU schedule pass after FuseTIR (preceded by `pre_schedule`, e.g. a tuning database
+    that schedules some PrimFuncs first)."""
     # the CPU backend's own module (its package forgets to export dataflow_lower_passes in TVM 0.27)
     from tvm.relax.backend.cpu_generic import pipeline as P
 
     if target.kind.name != "llvm":
         return [relax.get_default_pipeline(target)]
     return (graph_passes(target) + P.library_dispatch_passes(target) + P.legalize_passes(target)
-            + [scheduler or CpuSchedule(target)]
+            + list(pre_schedule) + [scheduler or CpuSchedule(target)]
             + P.dataflow_lower_passes(target) + P.finalize_passes(target))
 
 
@@ -57,15 +58,15 @@ def schedule_module(mod: tvm.IRModule, target: Target) -> tuple:
 
 
 def schedule_pipeline(target: Optional[Target] = None, scheduler: Optional[CpuSchedule] = None,
-                      **_: Any) -> tvm.transform.Pass:
+                      pre_schedule: Sequence = (), **_: Any) -> tvm.transform.Pass:
     """The Relax pipeline with CPU schedules (see the module doc). `scheduler`: a CpuSchedule instance whose
-    `report` the caller wants to read afterwards."""
+    `report` the caller wants to read afterwards; `pre_schedule`: passes run right before it (on llvm)."""
 
     @tvm.transform.module_pass(opt_level=0, name="TasoSchedulePipeline")
     def _pipeline(mod: tvm.IRModule, ctx: Any) -> tvm.IRModule:
         tgt = _resolve(target)
         with tgt:
-            return tvm.transform.Sequential(schedule_passes(tgt, scheduler))(mod)
+            return tvm.transform.Sequential(schedule_passes(tgt, scheduler, pre_schedule))(mod)
 
     return _pipeline
 
