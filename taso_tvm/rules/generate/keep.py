@@ -1,0 +1,254 @@
+"""Verify candidates cheapest and smallest first, dropping those the rules kept so far imply.
+
+Candidates are ordered by cost class (2-D inputs, then 4-D activations, then convolution kernels: the verifier's
+conv proofs take seconds to a minute each), then by size (operators on both sides). They are verified in chunks;
+before a chunk is verified, each of its candidates is tested against the kept rules (`derive.Deriver`) and dropped
+when they rewrite its source and target into one graph. Each verified rule joins the kept rules, in both
+directions where its sides read the same inputs. After all forward candidates, the reverse of each kept rule (where
+it applies) is verified too, so that the search, which applies a rule from source to target, can use both
+directions; each unordered pair is so verified once per direction at most, and a pair's second direction is never
+a candidate of its own. A time budget stops new chunks: what is left is reported as unverified and never written.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..language import RuleError, parse_rules
+from .derive import Deriver, candidate_graphs
+from .emit import entry_yaml, rule_entry
+from .generalize import source_groups
+from .graphs import graph_inputs
+from .pairs import Candidate
+from .pool import dim_class
+
+log = logging.getLogger(__name__)
+
+HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
+
+
+@dataclass
+class Item:
+    """One candidate on its way: its generalized entry (and fallback), dimension groups, and what became of it."""
+
+    cand: Candidate
+    entry: dict
+    fallback: Optional[dict]
+    groups: list
+    fallback_groups: list
+    status: str = "pending"  # verified | refuted | unproven | derivable | unverified | not_compiled
+    result: object = None  # the verifier's VerifyResult
+    rule: object = None  # the compiled rule that was verified
+    used: Optional[dict] = None  # the entry that was verified (entry or fallback)
+    used_groups: list = field(default_factory=list)
+    path: list = field(default_factory=list)  # kept rules implying it (derivable)
+    reverse_of: Optional[str] = None
+    tested_with: int = -1  # kept rules when last tested
+    future: Optional[Future] = None
+    trying: Optional[tuple] = None  # (entry, compiled rule) being verified
+    first: object = None  # the generalized entry's verdict, when its fallback is verified
+
+
+def cost_class(c: Candidate, pool: dict) -> int:
+    """0: no 4-D input; 1: 4-D activations only; 2: convolution kernels."""
+    kinds = {pool[v].kind for v in c.inputs}
+    if kinds & set(HEAVY_KINDS):
+        return 2
+    return 1 if any(pool[v].family == "4d" for v in c.inputs) else 0
+
+
+def order_key(item: Item, pool: dict) -> tuple:
+    c = item.cand
+    return cost_class(c, pool), len(c.src) + len(c.dst), -len(c.src), item.entry["name"]
+
+
+def reversed_candidate(c: Candidate) -> Optional[Candidate]:
+    """The candidate with its sides swapped, when the swap is a rule: the target is operators that read every input
+    and give distinct outputs."""
+    if not c.dst or any(r[0] == "i" for r in c.dst_outputs) or len(set(c.dst_outputs)) != len(c.dst_outputs):
+        return None
+    if set(graph_inputs(c.dst)) != set(c.inputs):
+        return None
+    return Candidate(c.dst, c.dst_outputs, c.src, c.src_outputs, c.inputs, c.fingerprint)
+
+
+def _compile(entry: dict) -> Optional[object]:
+    try:
+        return parse_rules(entry_yaml(entry, "candidate"), "<generated>")[0]
+    except RuleError as err:
+        log.warning("generated rule %s does not compile: %s", entry["name"], err)
+        return None
+
+
+def reverse_entry(item: Item, pool: dict) -> Optional[tuple]:
+    """(reversed candidate, its entry) of a verified item, or None."""
+    rc = reversed_candidate(item.cand)
+    if rc is None:
+        return None
+    cls = {(v, a): dim_class(pool[v], a) for v in rc.inputs for a in range(len(pool[v].shape))}
+    return rc, rule_entry(rc, item.used_groups, pool, cls, source_groups(rc, pool))
+
+
+def verify_one(rule) -> object:
+    """The verifier's verdict on one rule, through its cache (run in a worker process)."""
+    from ..verify import verify_rules
+    return verify_rules([rule], jobs=1)[0]
+
+
+def verify_one_uncached(rule) -> object:
+    from ..verify import verify_rules
+    return verify_rules([rule], jobs=1, use_cache=False)[0]
+
+
+class _Inline:
+    """An executor that runs each call at once (one process)."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        f.set_result(fn(*args))
+        return f
+
+
+class Keeper:
+    """Runs the ordered, pruned verification of `items` (see the module doc).
+
+    Verification streams through `executor` (up to `jobs` rules in flight, each tested against the rules kept so
+    far before it is sent); verdicts are committed in order, and a candidate whose test ran before all earlier
+    verdicts were in is tested again at its commit: the result does not depend on `jobs` or timing (save the time
+    budget)."""
+
+    def __init__(self, items: list, pool: dict, jobs: int, use_cache: bool, counts: dict,
+                 progress: Callable, deadline: Optional[float] = None, reverse: bool = True,
+                 deriver: Optional[Deriver] = None, executor=None):
+        self.items = sorted(items, key=lambda it: order_key(it, pool))
+        self.pool, self.jobs, self.use_cache, self.counts = pool, jobs, use_cache, counts
+        self.progress, self.deadline, self.reverse = progress, deadline, reverse
+        self.deriver = deriver or Deriver()
+        self.executor = executor or _Inline()
+        self.reverses: list = []  # Items for the second directions
+        self.t_derive = 0.0
+        self.t_wait = 0.0
+
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def _derivable(self, item: Item) -> bool:
+        t = time.perf_counter()
+        try:
+            item.tested_with = self.deriver.n_rules
+            graphs = candidate_graphs(item.cand, self.pool, item.groups)
+            path = self.deriver.derive(*graphs) if graphs is not None else None
+        finally:
+            self.t_derive += time.perf_counter() - t
+        item.path = path or []
+        return path is not None
+
+    def _submit(self, item: Item, entry: dict) -> bool:
+        """Send one entry to the verifier; False (and the item settled) when it does not compile or time is up."""
+        if self._out_of_time():
+            item.status = "unverified"
+            return False
+        rule = _compile(entry)
+        if rule is None:
+            item.status = "not_compiled"
+            return False
+        item.trying = (entry, rule)
+        item.future = self.executor.submit(verify_one if self.use_cache else verify_one_uncached, rule)
+        return True
+
+    def _start(self, item: Item, test: bool) -> None:
+        if test and self._derivable(item):
+            item.status = "derivable"
+            return
+        self._submit(item, item.entry)
+
+    def _commit(self, item: Item, test: bool) -> bool:
+        """Settle the item if it can be now (True); False while its verdict is awaited."""
+        if item.status != "pending":
+            return True
+        if test and item.tested_with != self.deriver.n_rules:  # rules were kept since it was tested
+            if self._derivable(item):
+                item.status = "derivable"
+                item.future = None
+                return True
+            if item.future is None:  # it was implied at its first test, not since: verify it now
+                return not self._submit(item, item.entry)
+        if item.future is None:
+            return True
+        if not item.future.done():
+            return False
+        res = item.future.result()
+        entry, rule = item.trying
+        item.future = None
+        if res.ok:
+            self._keep(item, rule, res, entry, item.groups if entry is item.entry else item.fallback_groups)
+            return True
+        if entry is item.entry and item.fallback is not None:  # the pool's classes, ungeneralized
+            item.first = res
+            if self._submit(item, item.fallback):
+                return False
+        item.status, item.result = res.status, res  # (the generalized entry's verdict if the fallback never ran)
+        return True
+
+    def _keep(self, item: Item, rule, result, entry: dict, groups: list) -> None:
+        item.status, item.result, item.rule, item.used, item.used_groups = "verified", result, rule, entry, groups
+        self.deriver.add(rule)
+        if item.reverse_of is not None:
+            return
+        rev = reverse_entry(item, self.pool)
+        if rev is None:
+            return
+        rc, e = rev
+        rrule = _compile(e)
+        if rrule is None:
+            return
+        self.deriver.add(rrule)  # an equality holds both ways: the reverse implies candidates now
+        if self.reverse:
+            self.reverses.append(Item(rc, e, None, item.used_groups, [], reverse_of=entry["name"]))
+
+    def _phase(self, items: list, desc: str, test: bool) -> None:
+        window = max(1, self.jobs)
+        with self.progress(len(items), desc) as bar:
+            nxt = done = 0
+            while done < len(items):
+                while nxt < len(items) and nxt - done < window:
+                    self._start(items[nxt], test)
+                    nxt += 1
+                moved = False
+                while done < nxt and self._commit(items[done], test):
+                    done += 1
+                    moved = True
+                    kept = self.counts["_kept"] = self.counts.get("_kept", 0) + (items[done - 1].status == "verified")
+                    bar.update(1, f"{kept} kept")
+                if not moved and done < nxt:
+                    t = time.perf_counter()
+                    pending = [it.future for it in items[done:nxt] if it.future is not None]
+                    if pending:
+                        wait(pending, return_when=FIRST_COMPLETED)
+                    self.t_wait += time.perf_counter() - t
+
+    def run(self) -> list:
+        """All items, forward then reverse, each with its status."""
+        self._phase(self.items, "verifying", test=True)
+        # a second direction that equals a kept rule up to renaming is that rule
+        names = {it.used["digest"] for it in self.items if it.status == "verified"}
+        rev = [it for it in self.reverses if it.entry["digest"] not in names]
+        self.counts["reverse_same_as_kept"] = len(self.reverses) - len(rev)
+        rev.sort(key=lambda it: order_key(it, self.pool))
+        self._phase(rev, "verifying reverses", test=False)
+        self.reverses = rev
+        c = self.counts
+        c.pop("_kept", None)
+        fwd = self.items
+        for k in ("derivable", "verified", "refuted", "unproven", "unverified", "not_compiled"):
+            c[f"forward_{k}"] = sum(1 for it in fwd if it.status == k)
+        for k in ("verified", "refuted", "unproven", "unverified"):
+            c[f"reverse_{k}"] = sum(1 for it in rev if it.status == k)
+        for k in ("refuted", "unproven", "unverified"):
+            c[k] = c[f"forward_{k}"] + c[f"reverse_{k}"]
+        c["derive_tests"], c["derive_states"] = self.deriver.stats["tests"], self.deriver.stats["states"]
+        c["t_derive_s"], c["t_wait_verifier_s"] = round(self.t_derive, 1), round(self.t_wait, 1)
+        return fwd + rev
