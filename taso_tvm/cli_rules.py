@@ -106,9 +106,10 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         out.write(res.text)
     c = res.counts
     print(f"{c['verified']} verified rules ({res.settings.describe()}): {c['graphs']} graphs, "
-          f"{c['candidates']} candidate pairs after pruning, {c['generalized_distinct']} distinct once generalized, "
-          f"{c['forward_derivable']} implied by kept rules, {c['refuted']} refuted, {c['unproven']} unproven, "
-          f"{c['unverified']} left unverified; {c['t_total_s']} s"
+          f"{c['candidates']} candidate pairs, {c['pruned_reverse_direction']} reverse directions, "
+          f"{c['forward_derivable']} implied by kept rules, {c['forward_duplicate']} equal once generalized, "
+          f"{c['refuted']} refuted, {c['unproven']} unproven, {c['unverified']} left unverified; "
+          f"{c['t_total_s']} s"
           + (f"; written to {args.output}" if args.output else ""), file=sys.stderr if args.output is None else out)
     return 0
 

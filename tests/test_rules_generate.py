@@ -12,7 +12,7 @@ from taso_tvm.rules.generate import generate_rules, make_settings
 from taso_tvm.rules.generate.coverage import rewrite_path
 from taso_tvm.rules.generate.enumerate import Enumerator
 from taso_tvm.rules.generate.generalize import generalize, split_variables
-from taso_tvm.rules.generate.graphs import GNode, expr_text, fingerprint
+from taso_tvm.rules.generate.graphs import DimSum, GNode, expr_text, fingerprint
 from taso_tvm.rules.generate.pairs import Candidate
 from taso_tvm.rules.generate.pool import build_pool, families
 
@@ -241,3 +241,102 @@ def test_max_ops_3_finds_merges_commutes_and_cancellations(tmp_path):
     for what, src, dst in _merge_relu_split_graphs():
         path = rewrite_path(res.rules, src, dst, max_steps=1)
         assert path is not None and len(path) == 1, f"{what} not found"
+
+
+# ---------------------------------------------------------------- pruning by derivation from kept rules
+def _node(op, args, **attrs):
+    return GNode(op, tuple(sorted(attrs.items())), tuple(args))
+
+
+def _x(i):
+    return ("i", f"x{i}")
+
+
+def _n(j, o=0):
+    return ("n", j, o)
+
+
+def _halves():
+    return (DimSum((("x1", 0),)), DimSum((("x2", 0),)))
+
+
+def _relu_concat() -> Candidate:
+    """relu(concat(x1, x2)) -> concat(relu(x1), relu(x2))."""
+    src = (_node("concat", [_x(1), _x(2)], axis=0), _node("relu", [_n(0)]))
+    dst = (_node("relu", [_x(1)]), _node("relu", [_x(2)]), _node("concat", [_n(0), _n(1)], axis=0))
+    return Candidate(src, (_n(1),), dst, (_n(2),), ("x1", "x2"), "test")
+
+
+def _split_concat() -> Candidate:
+    """split(concat(x1, x2)) -> x1, x2."""
+    src = (_node("concat", [_x(1), _x(2)], axis=0), _node("split", [_n(0)], axis=0, sizes=_halves()))
+    return Candidate(src, (_n(1, 0), _n(1, 1)), (), (_x(1), _x(2)), ("x1", "x2"), "test")
+
+
+def _split_relu_concat() -> Candidate:
+    """split(relu(concat(x1, x2))) -> relu(x1), relu(x2): the two rules above, one after the other."""
+    src = (_node("concat", [_x(1), _x(2)], axis=0), _node("relu", [_n(0)]),
+           _node("split", [_n(1)], axis=0, sizes=_halves()))
+    dst = (_node("relu", [_x(1)]), _node("relu", [_x(2)]))
+    return Candidate(src, (_n(2, 0), _n(2, 1)), dst, (_n(0), _n(1)), ("x1", "x2"), "test")
+
+
+def _relu_concat_columns() -> Candidate:
+    """relu(concat(x1, x2, axis=1)) -> concat(relu(x1), relu(x2), axis=1): the kept rules are about axis 0."""
+    src = (_node("concat", [_x(1), _x(2)], axis=1), _node("relu", [_n(0)]))
+    dst = (_node("relu", [_x(1)]), _node("relu", [_x(2)]), _node("concat", [_n(0), _n(1)], axis=1))
+    return Candidate(src, (_n(1),), dst, (_n(2),), ("x1", "x2"), "test")
+
+
+def _kept_rules(pool):
+    from taso_tvm.rules.generate.keep import Item, _compile, prepare
+
+    rules = []
+    for c in (_relu_concat(), _split_concat()):
+        it = Item(c)
+        prepare(it, pool)
+        rules.append(_compile(it.entry))
+    return rules
+
+
+def test_derivation_joins_two_kept_rules_and_not_more():
+    from taso_tvm.rules.generate.derive import Deriver, candidate_graphs
+
+    pool = {v.name: v for v in build_pool({"mat"}, 3)}
+    d = Deriver()
+    for r in _kept_rules(pool):
+        d.add(r)
+    path = d.derive(*candidate_graphs(_split_relu_concat(), pool))
+    assert path is not None and len(path) == 2  # relu moved through the concat, then the split cancelled
+    assert d.derive(*candidate_graphs(_relu_concat_columns(), pool)) is None  # no kept rule is about axis 1
+    one = Deriver(src_steps=1, dst_steps=0)  # one step cannot join them
+    for r in _kept_rules(pool):
+        one.add(r)
+    assert one.derive(*candidate_graphs(_split_relu_concat(), pool)) is None
+
+
+def test_keeper_drops_the_implied_candidate_and_verifies_the_other():
+    """The implied candidate is never sent to the verifier; the other one is, and its verified rule is kept."""
+    from taso_tvm.rules.generate.derive import Deriver
+    from taso_tvm.rules.generate.keep import Item, Keeper, _Inline
+
+    pool = {v.name: v for v in build_pool({"mat"}, 3)}
+    d = Deriver()
+    for r in _kept_rules(pool):
+        d.add(r)
+
+    class Recording(_Inline):
+        sent: list = []
+
+        def submit(self, fn, rule):
+            self.sent.append(rule.name)
+            return super().submit(fn, rule)
+
+    implied, other = Item(_split_relu_concat()), Item(_relu_concat_columns())
+    counts: dict = {}
+    ex = Recording()
+    from taso_tvm.rules.generate.driver import _no_progress
+    Keeper([other, implied], pool, 1, True, counts, _no_progress, reverse=False, deriver=d, executor=ex).run()
+    assert implied.status == "derivable" and len(implied.path) == 2 and implied.entry is None
+    assert other.status == "verified" and ex.sent == [other.entry["name"]]
+    assert counts["forward_derivable"] == 1 and counts["forward_verified"] == 1

@@ -21,12 +21,11 @@ from ...fileio import atomic_write
 from ...graph.ops import OPS, facet
 from ..language import parse_rules
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
-from .emit import entry_yaml, rule_entry
+from .emit import entry_yaml
 from .enumerate import Enumerator
-from .generalize import generalize, source_groups, split_variables
 from .keep import Item, Keeper, reversed_candidate
 from .pairs import Pairer, canonical_form
-from .pool import build_pool, dim_class, families
+from .pool import build_pool, families
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +129,6 @@ def _run_unit(unit: tuple) -> tuple:
     fam, i = unit
     e = _WORKER["enum"][fam]
     return unit, list(e.run(_WORKER["roots"][fam][i]))
-
-
-def _generalize_one(args: tuple) -> tuple:
-    """(index, the candidate with its variables split, its dimension groups, the pool with fresh variables)."""
-    i, cand, pool = args
-    pool = dict(pool)
-    cand = split_variables(cand, pool)
-    return i, cand, (generalize(cand, pool), source_groups(cand, pool)), {v: pool[v] for v in cand.inputs}
 
 
 @contextlib.contextmanager
@@ -298,67 +289,31 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
     cands = pair_all(s, records, counts)
     pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
-    # generalize: split variables used twice, then dimensions
-    t1 = time.perf_counter()
-    if ckpt.data.get("n_cands") != len(cands):
-        general: list = [None] * len(cands)
-        work = [(i, c, pool) for i, c in enumerate(cands)]
-        with progress(len(work), "generalizing") as bar:
-            if jobs > 1 and len(work) > 200:
-                with _workers(jobs) as ex:
-                    for i, c2, g, vars_ in ex.map(_generalize_one, work, chunksize=16):
-                        general[i] = (c2, g, vars_)
-                        bar.update(1)
-            else:
-                for w in work:
-                    i, c2, g, vars_ = _generalize_one(w)
-                    general[i] = (c2, g, vars_)
-                    bar.update(1)
-        ckpt.data["general"], ckpt.data["n_cands"] = general, len(cands)
-        ckpt.save(force=True)
-    general = ckpt.data["general"]
-    counts["t_generalize_s"] = round(time.perf_counter() - t1, 1)
-    # emit, dedupe generalized rules (one direction per unordered pair), then verify smallest first, dropping
-    # what the kept rules imply
+    # one direction per unordered pair; then, cheapest and smallest first: drop what the kept rules imply,
+    # generalize the rest and verify it (keep.py)
     t2 = time.perf_counter()
-    items, seen, forms, rev_forms = [], {}, set(), set()
-    dedupe = {"instance_of_general": 0, "reverse": 0}
-    order = sorted(range(len(general)), key=lambda i: (len(general[i][0].src) + len(general[i][0].dst),
-                                                       -len(general[i][0].src), i))
+    items, forms, rev_forms, n_rev = [], set(), set(), 0
+    order = sorted(range(len(cands)), key=lambda i: (len(cands[i].src) + len(cands[i].dst), -len(cands[i].src), i))
     for i in order:
-        c, g, vars_ = general[i]
-        pool = {**pool, **vars_}
+        c = cands[i]
         kinds = {v: pool[v].kind for v in c.inputs}
         form = canonical_form(c, kinds)
-        if form in forms:  # equal to a kept candidate once generalized
-            dedupe["instance_of_general"] += 1
-            continue
         forms.add(form)
         if form in rev_forms:  # the other direction of a kept candidate: verified (and written) as its reverse
-            dedupe["reverse"] += 1
+            n_rev += 1
             continue
         rc = reversed_candidate(c)
         if rc is not None:
             rev_forms.add(canonical_form(rc, kinds))
-        cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
-        groups, implied = g
-        e = rule_entry(c, groups, pool, cls, implied)
-        fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
-        fb = rule_entry(c, fallback_groups, pool, cls, implied)
-        if e["digest"] in seen:
-            continue
-        seen[e["digest"]] = True
-        items.append(Item(c, e, fb if fb["digest"] != e["digest"] else None, groups, fallback_groups))
-    counts["generalized_distinct"] = len(items)
-    counts["pruned_instance_of_general"] = dedupe["instance_of_general"]
-    counts["pruned_reverse_direction"] = dedupe["reverse"]
+        items.append(Item(c))
+    counts["pruned_reverse_direction"] = n_rev
     deadline = time.monotonic() + time_budget - (time.perf_counter() - t0) if time_budget else None
     from .keep import cost_class
     worth = sum(1 for it in items if cost_class(it.cand, pool) == 0) > 100 or \
         sum(1 for it in items if cost_class(it.cand, pool) > 0) > 2  # else starting workers takes longer
     with (_workers(jobs, initializer=_quiet) if jobs > 1 and worth else contextlib.nullcontext()) as ex:
         done = Keeper(items, pool, jobs, use_cache, counts, progress, deadline, reverse=reverse, executor=ex).run()
-    statuses = [(it.cand, it.used or it.entry, it) for it in done]
+    statuses = [(it.gcand or it.cand, it.used or it.entry, it) for it in done]
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
     kept = [(c, e, it) for (c, e, it) in statuses if it.status == "verified"]
     kept.sort(key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"]))
@@ -373,9 +328,9 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
         atomic_write(str(out), lambda f: f.write(text), mode="w")
     if ck_path is not None and ck_path.exists():
         ck_path.unlink()  # done: the next run with these settings starts afresh (verdicts stay cached)
-    return GenerateResult(s, text, rules, counts, {e["name"]: it.status for _c, e, it in statuses},
+    return GenerateResult(s, text, rules, counts, {it.name: it.status for _c, _e, it in statuses},
                           [(c, e, it.status) for c, e, it in statuses],
-                          {e["name"]: it.path for _c, e, it in statuses if it.status == "derivable"})
+                          {it.name: it.path for _c, _e, it in statuses if it.status == "derivable"})
 
 
 def _doc(s: Settings, c, it) -> str:

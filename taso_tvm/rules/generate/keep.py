@@ -11,6 +11,7 @@ a candidate of its own. A time budget stops new chunks: what is left is reported
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -20,7 +21,7 @@ from typing import Callable, Optional
 from ..language import RuleError, parse_rules
 from .derive import Deriver, candidate_graphs
 from .emit import entry_yaml, rule_entry
-from .generalize import source_groups
+from .generalize import generalize, source_groups, split_variables
 from .graphs import graph_inputs
 from .pairs import Candidate
 from .pool import dim_class
@@ -34,12 +35,13 @@ HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
 class Item:
     """One candidate on its way: its generalized entry (and fallback), dimension groups, and what became of it."""
 
-    cand: Candidate
-    entry: dict
-    fallback: Optional[dict]
-    groups: list
-    fallback_groups: list
-    status: str = "pending"  # verified | refuted | unproven | derivable | unverified | not_compiled
+    cand: Candidate  # as paired (the derivability test builds it at the pool's shapes)
+    entry: Optional[dict] = None  # the generalized rule (set by `prepare`)
+    fallback: Optional[dict] = None  # the rule at the pool's classes, where it differs
+    groups: list = field(default_factory=list)
+    fallback_groups: list = field(default_factory=list)
+    gcand: Optional[Candidate] = None  # the candidate with repeated inputs split
+    status: str = "pending"  # verified | refuted | unproven | derivable | duplicate | unverified | not_compiled
     result: object = None  # the verifier's VerifyResult
     rule: object = None  # the compiled rule that was verified
     used: Optional[dict] = None  # the entry that was verified (entry or fallback)
@@ -50,6 +52,13 @@ class Item:
     future: Optional[Future] = None
     trying: Optional[tuple] = None  # (entry, compiled rule) being verified
     first: object = None  # the generalized entry's verdict, when its fallback is verified
+
+    @property
+    def name(self) -> str:
+        """The rule's name once generalized, else one from the candidate's fingerprint and text."""
+        if self.entry is not None:
+            return self.entry["name"]
+        return "cand_" + hashlib.sha256(self.cand.canonical().encode()).hexdigest()[:10]
 
 
 def cost_class(c: Candidate, pool: dict) -> int:
@@ -62,7 +71,7 @@ def cost_class(c: Candidate, pool: dict) -> int:
 
 def order_key(item: Item, pool: dict) -> tuple:
     c = item.cand
-    return cost_class(c, pool), len(c.src) + len(c.dst), -len(c.src), item.entry["name"]
+    return cost_class(c, pool), len(c.src) + len(c.dst), -len(c.src)
 
 
 def reversed_candidate(c: Candidate) -> Optional[Candidate]:
@@ -85,11 +94,24 @@ def _compile(entry: dict) -> Optional[object]:
 
 def reverse_entry(item: Item, pool: dict) -> Optional[tuple]:
     """(reversed candidate, its entry) of a verified item, or None."""
-    rc = reversed_candidate(item.cand)
+    rc = reversed_candidate(item.gcand)
     if rc is None:
         return None
     cls = {(v, a): dim_class(pool[v], a) for v in rc.inputs for a in range(len(pool[v].shape))}
     return rc, rule_entry(rc, item.used_groups, pool, cls, source_groups(rc, pool))
+
+
+def prepare(item: Item, pool: dict) -> None:
+    """Generalize the item's candidate (split repeated inputs, then dimension groups) into its rule entries;
+    `pool` gains the fresh inputs it names."""
+    c = split_variables(item.cand, pool)
+    groups, implied = generalize(c, pool), source_groups(c, pool)
+    cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
+    item.gcand, item.groups = c, groups
+    item.entry = rule_entry(c, groups, pool, cls, implied)
+    item.fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
+    fb = rule_entry(c, item.fallback_groups, pool, cls, implied)
+    item.fallback = fb if fb["digest"] != item.entry["digest"] else None
 
 
 def verify_one(rule) -> object:
@@ -129,8 +151,8 @@ class Keeper:
         self.deriver = deriver or Deriver()
         self.executor = executor or _Inline()
         self.reverses: list = []  # Items for the second directions
-        self.t_derive = 0.0
-        self.t_wait = 0.0
+        self.t_derive = self.t_wait = self.t_generalize = 0.0
+        self.seen: set = set()  # digests of generalized entries
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -139,7 +161,7 @@ class Keeper:
         t = time.perf_counter()
         try:
             item.tested_with = self.deriver.n_rules
-            graphs = candidate_graphs(item.cand, self.pool, item.groups)
+            graphs = candidate_graphs(item.cand, self.pool)
             path = self.deriver.derive(*graphs) if graphs is not None else None
         finally:
             self.t_derive += time.perf_counter() - t
@@ -163,6 +185,14 @@ class Keeper:
         if test and self._derivable(item):
             item.status = "derivable"
             return
+        if item.entry is None:
+            t = time.perf_counter()
+            prepare(item, self.pool)
+            self.t_generalize += time.perf_counter() - t
+            if item.entry["digest"] in self.seen:  # equal to an earlier candidate once generalized
+                item.status = "duplicate"
+                return
+            self.seen.add(item.entry["digest"])
         self._submit(item, item.entry)
 
     def _commit(self, item: Item, test: bool) -> bool:
@@ -175,7 +205,8 @@ class Keeper:
                 item.future = None
                 return True
             if item.future is None:  # it was implied at its first test, not since: verify it now
-                return not self._submit(item, item.entry)
+                self._start(item, test=False)
+                return item.status != "pending"
         if item.future is None:
             return True
         if not item.future.done():
@@ -207,7 +238,7 @@ class Keeper:
             return
         self.deriver.add(rrule)  # an equality holds both ways: the reverse implies candidates now
         if self.reverse:
-            self.reverses.append(Item(rc, e, None, item.used_groups, [], reverse_of=entry["name"]))
+            self.reverses.append(Item(rc, e, None, item.used_groups, [], rc, reverse_of=entry["name"]))
 
     def _phase(self, items: list, desc: str, test: bool) -> None:
         window = max(1, self.jobs)
@@ -243,7 +274,7 @@ class Keeper:
         c = self.counts
         c.pop("_kept", None)
         fwd = self.items
-        for k in ("derivable", "verified", "refuted", "unproven", "unverified", "not_compiled"):
+        for k in ("derivable", "duplicate", "verified", "refuted", "unproven", "unverified", "not_compiled"):
             c[f"forward_{k}"] = sum(1 for it in fwd if it.status == k)
         for k in ("verified", "refuted", "unproven", "unverified"):
             c[f"reverse_{k}"] = sum(1 for it in rev if it.status == k)
@@ -251,4 +282,5 @@ class Keeper:
             c[k] = c[f"forward_{k}"] + c[f"reverse_{k}"]
         c["derive_tests"], c["derive_states"] = self.deriver.stats["tests"], self.deriver.stats["states"]
         c["t_derive_s"], c["t_wait_verifier_s"] = round(self.t_derive, 1), round(self.t_wait, 1)
+        c["t_generalize_s"] = round(self.t_generalize, 1)
         return fwd + rev
