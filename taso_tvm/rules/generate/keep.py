@@ -262,15 +262,21 @@ class Keeper:
                     self.t_wait += time.perf_counter() - t
 
     def run(self) -> list:
-        """All items, forward then reverse, each with its status."""
-        self._phase(self.items, "verifying", test=True)
-        # a second direction that equals a kept rule up to renaming is that rule
-        names = {it.used["digest"] for it in self.items if it.status == "verified"}
-        rev = [it for it in self.reverses if it.entry["digest"] not in names]
-        self.counts["reverse_same_as_kept"] = len(self.reverses) - len(rev)
-        rev.sort(key=lambda it: order_key(it, self.pool))
-        self._phase(rev, "verifying reverses", test=False)
-        self.reverses = rev
+        """All items, each with its status: per cost class, the forward candidates, then the reverses of the rules
+        kept (a reverse equal to a kept rule up to renaming is that rule)."""
+        rev_all: list = []
+        digests: set = set()
+        for cls in sorted({cost_class(it.cand, self.pool) for it in self.items}):
+            self._phase([it for it in self.items if cost_class(it.cand, self.pool) == cls], "verifying", test=True)
+            digests |= {it.used["digest"] for it in self.items if it.status == "verified"}
+            rev = [it for it in self.reverses if it.entry["digest"] not in digests]
+            self.counts["reverse_same_as_kept"] = self.counts.get("reverse_same_as_kept", 0) + \
+                len(self.reverses) - len(rev)
+            self.reverses = []
+            rev.sort(key=lambda it: order_key(it, self.pool))
+            self._phase(rev, "verifying reverses", test=False)
+            rev_all += rev
+        self.reverses = rev = rev_all
         c = self.counts
         c.pop("_kept", None)
         fwd = self.items
