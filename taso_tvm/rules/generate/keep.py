@@ -50,8 +50,6 @@ class Item:
     reverse_of: Optional[str] = None
     tested_with: int = -1  # kept rules when last tested
     future: Optional[Future] = None
-    trying: Optional[tuple] = None  # (entry, compiled rule) being verified
-    first: object = None  # the generalized entry's verdict, when its fallback is verified
 
     @property
     def name(self) -> str:
@@ -114,15 +112,37 @@ def prepare(item: Item, pool: dict) -> None:
     item.fallback = fb if fb["digest"] != item.entry["digest"] else None
 
 
-def verify_one(rule) -> object:
-    """The verifier's verdict on one rule, through its cache (run in a worker process)."""
+def _verdict(rule, use_cache: bool) -> object:
     from ..verify import verify_rules
-    return verify_rules([rule], jobs=1)[0]
+    return verify_rules([rule], jobs=1, use_cache=use_cache)[0]
 
 
-def verify_one_uncached(rule) -> object:
-    from ..verify import verify_rules
-    return verify_rules([rule], jobs=1, use_cache=False)[0]
+def generalize_and_verify(cand: Candidate, pool: dict, use_cache: bool, entry: Optional[dict] = None,
+                          groups: Optional[list] = None) -> dict:
+    """Run in a worker: generalize the candidate (unless `entry` is given), verify its entry, and where that fails
+    its fallback; returns the fields of the item that change and the verdict."""
+    it = Item(cand, entry, None, groups or [], [], cand)
+    pool = dict(pool)
+    if entry is None:
+        prepare(it, pool)
+    out = {"gcand": it.gcand, "entry": it.entry, "fallback": it.fallback, "groups": it.groups,
+           "fallback_groups": it.fallback_groups, "vars": {v: pool[v] for v in it.gcand.inputs}, "used": None,
+           "result": None}
+    first = None
+    for e in (it.entry, it.fallback):
+        if e is None:
+            continue
+        rule = _compile(e)
+        if rule is None:
+            continue
+        res = _verdict(rule, use_cache)
+        out["result"], out["used"] = res, e
+        first = first or res
+        if res.ok:
+            return out
+    if first is not None:  # the generalized entry's verdict names the failure
+        out["result"], out["used"] = first, it.entry
+    return out
 
 
 class _Inline:
@@ -151,7 +171,7 @@ class Keeper:
         self.deriver = deriver or Deriver()
         self.executor = executor or _Inline()
         self.reverses: list = []  # Items for the second directions
-        self.t_derive = self.t_wait = self.t_generalize = 0.0
+        self.t_derive = self.t_wait = 0.0
         self.seen: set = set()  # digests of generalized entries
 
     def _out_of_time(self) -> bool:
@@ -168,32 +188,16 @@ class Keeper:
         item.path = path or []
         return path is not None
 
-    def _submit(self, item: Item, entry: dict) -> bool:
-        """Send one entry to the verifier; False (and the item settled) when it does not compile or time is up."""
+    def _start(self, item: Item, test: bool) -> None:
+        """Test the item against the kept rules, and if not implied, send it to be generalized and verified."""
         if self._out_of_time():
             item.status = "unverified"
-            return False
-        rule = _compile(entry)
-        if rule is None:
-            item.status = "not_compiled"
-            return False
-        item.trying = (entry, rule)
-        item.future = self.executor.submit(verify_one if self.use_cache else verify_one_uncached, rule)
-        return True
-
-    def _start(self, item: Item, test: bool) -> None:
+            return
         if test and self._derivable(item):
             item.status = "derivable"
             return
-        if item.entry is None:
-            t = time.perf_counter()
-            prepare(item, self.pool)
-            self.t_generalize += time.perf_counter() - t
-            if item.entry["digest"] in self.seen:  # equal to an earlier candidate once generalized
-                item.status = "duplicate"
-                return
-            self.seen.add(item.entry["digest"])
-        self._submit(item, item.entry)
+        item.future = self.executor.submit(generalize_and_verify, item.cand, self.pool, self.use_cache,
+                                           item.entry, item.groups)
 
     def _commit(self, item: Item, test: bool) -> bool:
         """Settle the item if it can be now (True); False while its verdict is awaited."""
@@ -211,17 +215,24 @@ class Keeper:
             return True
         if not item.future.done():
             return False
-        res = item.future.result()
-        entry, rule = item.trying
+        out = item.future.result()
         item.future = None
-        if res.ok:
+        self.pool.update(out["vars"])
+        for k in ("gcand", "entry", "fallback", "groups", "fallback_groups"):
+            setattr(item, k, out[k])
+        if item.reverse_of is None:
+            if item.entry["digest"] in self.seen:  # equal to an earlier candidate once generalized
+                item.status = "duplicate"
+                return True
+            self.seen.add(item.entry["digest"])
+        res, entry = out["result"], out["used"]
+        if res is None:
+            item.status = "not_compiled"
+        elif res.ok:
+            rule = _compile(entry)
             self._keep(item, rule, res, entry, item.groups if entry is item.entry else item.fallback_groups)
-            return True
-        if entry is item.entry and item.fallback is not None:  # the pool's classes, ungeneralized
-            item.first = res
-            if self._submit(item, item.fallback):
-                return False
-        item.status, item.result = res.status, res  # (the generalized entry's verdict if the fallback never ran)
+        else:
+            item.status, item.result = res.status, res
         return True
 
     def _keep(self, item: Item, rule, result, entry: dict, groups: list) -> None:
@@ -288,5 +299,4 @@ class Keeper:
             c[k] = c[f"forward_{k}"] + c[f"reverse_{k}"]
         c["derive_tests"], c["derive_states"] = self.deriver.stats["tests"], self.deriver.stats["states"]
         c["t_derive_s"], c["t_wait_verifier_s"] = round(self.t_derive, 1), round(self.t_wait, 1)
-        c["t_generalize_s"] = round(self.t_generalize, 1)
         return fwd + rev
