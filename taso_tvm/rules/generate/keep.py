@@ -28,6 +28,7 @@ from .pool import dim_class
 
 log = logging.getLogger(__name__)
 
+LOOKAHEAD = 64  # candidates started (tested, sent) ahead of the first one not yet settled
 HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
 
 
@@ -172,6 +173,7 @@ class Keeper:
         self.executor = executor or _Inline()
         self.reverses: list = []  # Items for the second directions
         self.t_derive = self.t_wait = 0.0
+        self.n_kept = self.n_implied = 0
         self.seen: set = set()  # digests of generalized entries
 
     def _out_of_time(self) -> bool:
@@ -252,19 +254,28 @@ class Keeper:
             self.reverses.append(Item(rc, e, None, item.used_groups, [], rc, reverse_of=entry["name"]))
 
     def _phase(self, items: list, desc: str, test: bool) -> None:
-        window = max(1, self.jobs)
+        """Start items in order while fewer than `jobs` are being verified (looking at most LOOKAHEAD ahead of the
+        first unsettled one), and settle them in order."""
         with self.progress(len(items), desc) as bar:
-            nxt = done = 0
+            nxt = done = busy = 0
             while done < len(items):
-                while nxt < len(items) and nxt - done < window:
+                while nxt < len(items) and busy < max(1, self.jobs) and nxt - done < LOOKAHEAD:
                     self._start(items[nxt], test)
+                    busy += items[nxt].future is not None
                     nxt += 1
                 moved = False
-                while done < nxt and self._commit(items[done], test):
+                while done < nxt:
+                    it = items[done]
+                    had = it.future is not None
+                    if not self._commit(it, test):
+                        busy += (it.future is not None) - had  # a late start
+                        break
+                    busy -= had
                     done += 1
                     moved = True
-                    kept = self.counts["_kept"] = self.counts.get("_kept", 0) + (items[done - 1].status == "verified")
-                    bar.update(1, f"{kept} kept")
+                    self.n_kept += it.status == "verified"
+                    self.n_implied += it.status == "derivable"
+                    bar.update(1, f"{self.n_kept} kept, {self.n_implied} implied")
                 if not moved and done < nxt:
                     t = time.perf_counter()
                     pending = [it.future for it in items[done:nxt] if it.future is not None]
@@ -289,7 +300,6 @@ class Keeper:
             rev_all += rev
         self.reverses = rev = rev_all
         c = self.counts
-        c.pop("_kept", None)
         fwd = self.items
         for k in ("derivable", "duplicate", "verified", "refuted", "unproven", "unverified", "not_compiled"):
             c[f"forward_{k}"] = sum(1 for it in fwd if it.status == k)
