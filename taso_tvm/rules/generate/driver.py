@@ -268,7 +268,8 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
                    checkpoint: Optional[str] = None, kinds: Optional[list] = None, per_kind: Optional[int] = None,
                    seed: int = 0, attrs: Optional[dict] = None, use_cache: bool = True,
                    progress: Optional[Callable[[int, str], ContextManager]] = None,
-                   time_budget: Optional[float] = None, reverse: bool = True) -> GenerateResult:
+                   time_budget: Optional[float] = None, reverse: bool = True,
+                   skip_unproven: bool = True) -> GenerateResult:
     """Discover substitution rules of up to `max_ops` operators per side, verify them, and return (and with `out`,
     write) the verified ones as a YAML rule file.
 
@@ -276,7 +277,8 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     returns a context manager with `update(n, note)` (the command line passes the project's progress bar).
     Candidates are verified cheapest and smallest first; one implied by the rules kept so far is dropped unverified
     (see `keep.py`). `time_budget` (seconds, whole run) stops verification: what is left is counted as unverified
-    and not written. `reverse` also verifies (and writes) each kept rule's other direction."""
+    and not written. `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
+    drops, unverified, a candidate that the kept rules imply together with rules the verifier left unproven."""
     s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
     progress = progress or _no_progress
     t0 = time.perf_counter()
@@ -312,7 +314,8 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     worth = sum(1 for it in items if cost_class(it.cand, pool) == 0) > 100 or \
         sum(1 for it in items if cost_class(it.cand, pool) > 0) > 2  # else starting workers takes longer
     with (_workers(jobs, initializer=_quiet) if jobs > 1 and worth else contextlib.nullcontext()) as ex:
-        done = Keeper(items, pool, jobs, use_cache, counts, progress, deadline, reverse=reverse, executor=ex).run()
+        done = Keeper(items, pool, jobs, use_cache, counts, progress, deadline, reverse=reverse, executor=ex,
+                      skip_unproven=skip_unproven).run()
     statuses = [(it.gcand or it.cand, it.used or it.entry, it) for it in done]
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
     kept = [(c, e, it) for (c, e, it) in statuses if it.status == "verified"]

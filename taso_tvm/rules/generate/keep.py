@@ -28,6 +28,7 @@ from .pool import dim_class
 
 log = logging.getLogger(__name__)
 
+CLASS_SHARE = {0: 2.0, 1: 1.0, 2: 2.0}  # how a time budget is shared between the cost classes
 LOOKAHEAD = 64  # candidates started (tested, sent) ahead of the first one not yet settled
 HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
 
@@ -42,14 +43,15 @@ class Item:
     groups: list = field(default_factory=list)
     fallback_groups: list = field(default_factory=list)
     gcand: Optional[Candidate] = None  # the candidate with repeated inputs split
-    status: str = "pending"  # verified | refuted | unproven | derivable | duplicate | unverified | not_compiled
+    status: str = "pending"  # verified | refuted | unproven | derivable | implied_by_unproven | duplicate |
+    # unverified | not_compiled
     result: object = None  # the verifier's VerifyResult
     rule: object = None  # the compiled rule that was verified
     used: Optional[dict] = None  # the entry that was verified (entry or fallback)
     used_groups: list = field(default_factory=list)
     path: list = field(default_factory=list)  # kept rules implying it (derivable)
     reverse_of: Optional[str] = None
-    tested_with: int = -1  # kept rules when last tested
+    tested_with: tuple = ()  # rules known (kept, kept or unproven) when last tested
     future: Optional[Future] = None
 
     @property
@@ -91,13 +93,14 @@ def _compile(entry: dict) -> Optional[object]:
         return None
 
 
-def reverse_entry(item: Item, pool: dict) -> Optional[tuple]:
-    """(reversed candidate, its entry) of a verified item, or None."""
+def reverse_entry(item: Item, pool: dict, entry: Optional[dict] = None, groups: Optional[list] = None) \
+        -> Optional[tuple]:
+    """(reversed candidate, its entry) of a verified item (or of its `entry` with `groups`), or None."""
     rc = reversed_candidate(item.gcand)
     if rc is None:
         return None
     cls = {(v, a): dim_class(pool[v], a) for v in rc.inputs for a in range(len(pool[v].shape))}
-    return rc, rule_entry(rc, item.used_groups, pool, cls, source_groups(rc, pool))
+    return rc, rule_entry(rc, item.used_groups if groups is None else groups, pool, cls, source_groups(rc, pool))
 
 
 def prepare(item: Item, pool: dict) -> None:
@@ -165,11 +168,13 @@ class Keeper:
 
     def __init__(self, items: list, pool: dict, jobs: int, use_cache: bool, counts: dict,
                  progress: Callable, deadline: Optional[float] = None, reverse: bool = True,
-                 deriver: Optional[Deriver] = None, executor=None):
+                 deriver: Optional[Deriver] = None, executor=None, skip_unproven: bool = True):
         self.items = sorted(items, key=lambda it: order_key(it, pool))
         self.pool, self.jobs, self.use_cache, self.counts = pool, jobs, use_cache, counts
         self.progress, self.deadline, self.reverse = progress, deadline, reverse
         self.deriver = deriver or Deriver()
+        self.class_deadline = deadline
+        self.shadow = Deriver() if skip_unproven else None  # kept rules and rules left unproven
         self.executor = executor or _Inline()
         self.reverses: list = []  # Items for the second directions
         self.t_derive = self.t_wait = 0.0
@@ -177,18 +182,29 @@ class Keeper:
         self.seen: set = set()  # digests of generalized entries
 
     def _out_of_time(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+        return self.class_deadline is not None and time.monotonic() > self.class_deadline
 
     def _derivable(self, item: Item) -> bool:
+        """Whether the kept rules imply the item (status "derivable"), or, with `skip_unproven`, the kept rules
+        together with rules the verifier could not prove (status "implied_by_unproven": verifying it would most
+        likely end the same way; it is not written either)."""
         t = time.perf_counter()
         try:
-            item.tested_with = self.deriver.n_rules
+            item.tested_with = (self.deriver.n_rules, self.shadow.n_rules if self.shadow else 0)
             graphs = candidate_graphs(item.cand, self.pool)
             path = self.deriver.derive(*graphs) if graphs is not None else None
+            status = "derivable"
+            if path is None and graphs is not None and self.shadow is not None and self.shadow.n_rules:
+                path, status = self.shadow.derive(*graphs), "implied_by_unproven"
         finally:
             self.t_derive += time.perf_counter() - t
         item.path = path or []
+        if path is not None:
+            item.status = status
         return path is not None
+
+    def _stale(self, item: Item) -> bool:
+        return item.tested_with != (self.deriver.n_rules, self.shadow.n_rules if self.shadow else 0)
 
     def _start(self, item: Item, test: bool) -> None:
         """Test the item against the kept rules, and if not implied, send it to be generalized and verified."""
@@ -196,7 +212,6 @@ class Keeper:
             item.status = "unverified"
             return
         if test and self._derivable(item):
-            item.status = "derivable"
             return
         item.future = self.executor.submit(generalize_and_verify, item.cand, self.pool, self.use_cache,
                                            item.entry, item.groups)
@@ -205,9 +220,8 @@ class Keeper:
         """Settle the item if it can be now (True); False while its verdict is awaited."""
         if item.status != "pending":
             return True
-        if test and item.tested_with != self.deriver.n_rules:  # rules were kept since it was tested
+        if test and self._stale(item):  # rules were kept since it was tested
             if self._derivable(item):
-                item.status = "derivable"
                 item.future = None
                 return True
             if item.future is None:  # it was implied at its first test, not since: verify it now
@@ -235,11 +249,21 @@ class Keeper:
             self._keep(item, rule, res, entry, item.groups if entry is item.entry else item.fallback_groups)
         else:
             item.status, item.result = res.status, res
+            if res.status == "unproven" and self.shadow is not None:
+                rule = _compile(entry)
+                self.shadow.add(rule)
+                rc = reverse_entry(item, self.pool, entry, item.groups if entry is item.entry else
+                                   item.fallback_groups)
+                rrule = _compile(rc[1]) if rc is not None else None
+                if rrule is not None:
+                    self.shadow.add(rrule)
         return True
 
     def _keep(self, item: Item, rule, result, entry: dict, groups: list) -> None:
         item.status, item.result, item.rule, item.used, item.used_groups = "verified", result, rule, entry, groups
         self.deriver.add(rule)
+        if self.shadow is not None:
+            self.shadow.add(rule)
         if item.reverse_of is not None:
             return
         rev = reverse_entry(item, self.pool)
@@ -250,6 +274,8 @@ class Keeper:
         if rrule is None:
             return
         self.deriver.add(rrule)  # an equality holds both ways: the reverse implies candidates now
+        if self.shadow is not None:
+            self.shadow.add(rrule)
         if self.reverse:
             self.reverses.append(Item(rc, e, None, item.used_groups, [], rc, reverse_of=entry["name"]))
 
@@ -288,7 +314,11 @@ class Keeper:
         kept (a reverse equal to a kept rule up to renaming is that rule)."""
         rev_all: list = []
         digests: set = set()
-        for cls in sorted({cost_class(it.cand, self.pool) for it in self.items}):
+        classes = sorted({cost_class(it.cand, self.pool) for it in self.items})
+        for k, cls in enumerate(classes):
+            if self.deadline is not None:  # each cost class gets its share of the time left
+                share = CLASS_SHARE[cls] / sum(CLASS_SHARE[c] for c in classes[k:])
+                self.class_deadline = time.monotonic() + max(0.0, self.deadline - time.monotonic()) * share
             self._phase([it for it in self.items if cost_class(it.cand, self.pool) == cls], "verifying", test=True)
             digests |= {it.used["digest"] for it in self.items if it.status == "verified"}
             rev = [it for it in self.reverses if it.entry["digest"] not in digests]
@@ -301,7 +331,8 @@ class Keeper:
         self.reverses = rev = rev_all
         c = self.counts
         fwd = self.items
-        for k in ("derivable", "duplicate", "verified", "refuted", "unproven", "unverified", "not_compiled"):
+        for k in ("derivable", "implied_by_unproven", "duplicate", "verified", "refuted", "unproven", "unverified",
+                  "not_compiled"):
             c[f"forward_{k}"] = sum(1 for it in fwd if it.status == k)
         for k in ("verified", "refuted", "unproven", "unverified"):
             c[f"reverse_{k}"] = sum(1 for it in rev if it.status == k)
