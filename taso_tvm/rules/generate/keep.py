@@ -1,13 +1,16 @@
 """Verify candidates cheapest and smallest first, dropping those the rules kept so far imply.
 
 Candidates are ordered by cost class (2-D inputs, then 4-D activations, then convolution kernels: the verifier's
-conv proofs take seconds to a minute each), then by size (operators on both sides). They are verified in chunks;
-before a chunk is verified, each of its candidates is tested against the kept rules (`derive.Deriver`) and dropped
-when they rewrite its source and target into one graph. Each verified rule joins the kept rules, in both
-directions where its sides read the same inputs. After all forward candidates, the reverse of each kept rule (where
+conv proofs take seconds to a minute each), then by size (operators on both sides). Before a candidate is
+generalized and verified (in a worker), it is tested against the kept rules (`derive.Deriver`) and dropped when they
+rewrite its source and target into one graph. Each verified rule joins the kept rules, in both directions where
+its sides read the same inputs. After the forward candidates of a cost class, the reverse of each kept rule (where
 it applies) is verified too, so that the search, which applies a rule from source to target, can use both
 directions; each unordered pair is so verified once per direction at most, and a pair's second direction is never
-a candidate of its own. A time budget stops new chunks: what is left is reported as unverified and never written.
+a candidate of its own. A candidate that the kept rules imply only together with rules the verifier left
+unproven is skipped as well (`implied_by_unproven`): it would most likely stay unproven, at a solver timeout each.
+A time budget, shared between the cost classes, stops new verifications: what is left is reported as unverified
+and never written.
 """
 from __future__ import annotations
 
