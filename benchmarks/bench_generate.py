@@ -127,8 +127,14 @@ def counterexample(g1, g2, inputs: dict):
 
 
 def classify(rules, taso: list, max_steps: int) -> list:
+    """Found (one rule), subsumed (a chain of rules from source to target, or failing that, rewriting source and
+    target into one graph, rules over the same inputs used both ways), wrong, or missing."""
     from taso_tvm.rules.generate.coverage import rewrite_path
+    from taso_tvm.rules.generate.derive import Deriver
 
+    both = Deriver(src_steps=max_steps, dst_steps=max_steps, max_states=400)
+    for r in rules:
+        both.add(r)
     rows = []
     for rule in taso:
         try:
@@ -142,6 +148,10 @@ def classify(rules, taso: list, max_steps: int) -> list:
             continue
         path = rewrite_path(rules, src, dst, max_steps=max_steps)
         if path is None:
+            joined = both.derive(src, dst)
+            if joined is not None:
+                rows.append((rule[0], "subsumed", "both sides rewrite into one graph by " + " then ".join(joined)))
+                continue
             rows.append((rule[0], "missing", ""))
         elif len(path) <= 1:
             rows.append((rule[0], "found", ", ".join(path)))
@@ -191,6 +201,9 @@ def main() -> int:
     ap.add_argument("--search", nargs="*", default=None, help="also run the search on these zoo models (none "
                                                               "given: all) with and without the generated rules")
     ap.add_argument("--no-taso", action="store_true", help="skip the comparison with TASO's rule file")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds for the whole generation (the rest "
+                                                                     "is reported unverified)")
+    ap.add_argument("--kinds", default=None, help="comma-separated input kinds (default: the generator's)")
     args = ap.parse_args()
     from taso_tvm.rules import read_rule_files
     from taso_tvm.rules.generate import generate_rules
@@ -198,7 +211,8 @@ def main() -> int:
     if args.rules is None:
         t0 = time.perf_counter()
         res = generate_rules(args.max_ops, ops=args.ops.split(",") if args.ops else None, jobs=args.jobs,
-                             out=args.out)
+                             out=args.out, time_budget=args.time_budget,
+                             kinds=args.kinds.split(",") if args.kinds else None)
         print(f"generated in {time.perf_counter() - t0:.1f} s ({res.settings.describe()}; load average "
               f"{os.getloadavg()[0]:.1f}):")
         for k, v in res.counts.items():

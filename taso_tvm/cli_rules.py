@@ -97,7 +97,8 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
     try:
         res = generate_rules(args.max_ops, ops=ops, jobs=args.jobs, out=args.output, kinds=kinds,
-                             checkpoint=args.checkpoint, seed=args.seed, progress=progress)
+                             checkpoint=args.checkpoint, seed=args.seed, progress=progress,
+                             time_budget=args.time_budget, reverse=not args.no_reverse)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -105,8 +106,10 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
         out.write(res.text)
     c = res.counts
     print(f"{c['verified']} verified rules ({res.settings.describe()}): {c['graphs']} graphs, "
-          f"{c['candidates']} candidate pairs after pruning, {c['generalized_distinct']} distinct once generalized, "
-          f"{c['refuted']} refuted, {c['unproven']} unproven; {c['t_total_s']} s"
+          f"{c['candidates']} candidate pairs, {c['pruned_reverse_direction']} reverse directions, "
+          f"{c['forward_derivable']} implied by kept rules, {c['forward_duplicate']} equal once generalized, "
+          f"{c['refuted']} refuted, {c['unproven']} unproven, {c['unverified']} left unverified; "
+          f"{c['t_total_s']} s"
           + (f"; written to {args.output}" if args.output else ""), file=sys.stderr if args.output is None else out)
     return 0
 
@@ -134,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--jobs", "-j", type=int, default=2, help="worker processes (default: 2)")
     g.add_argument("--checkpoint", default=None, help="resume file (default: OUTPUT.ckpt; none without -o)")
     g.add_argument("--seed", type=int, default=0, help="seed of the fingerprint inputs")
+    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop verifying after this long (whole run); the rest is reported unverified, not written")
+    g.add_argument("--no-reverse", action="store_true", help="do not verify and write each kept rule's reverse")
     g.set_defaults(fn=cmd_generate)
     return p
 

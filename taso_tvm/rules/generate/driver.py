@@ -19,13 +19,13 @@ from typing import Callable, ContextManager, Optional
 
 from ...fileio import atomic_write
 from ...graph.ops import OPS, facet
-from ..language import RuleError, parse_rules
+from ..language import parse_rules
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
-from .emit import entry_yaml, rule_entry
+from .emit import entry_yaml
 from .enumerate import Enumerator
-from .generalize import generalize, source_groups, split_variables
+from .keep import Item, Keeper, reversed_candidate
 from .pairs import Pairer, canonical_form
-from .pool import build_pool, dim_class, families
+from .pool import build_pool, families
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class GenerateResult:
     counts: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)  # rule name -> status
     candidates: list = field(default_factory=list)  # (candidate, entry, status)
+    derivations: dict = field(default_factory=dict)  # name of a candidate dropped as implied -> kept rules' names
 
 
 def generatable_ops() -> list:
@@ -120,18 +121,14 @@ def _init_worker(s: Settings, quiet: bool = True) -> None:
     _WORKER["roots"] = {fam: e.roots() for fam, e in _WORKER["enum"].items()}
 
 
+def _quiet() -> None:
+    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
+
+
 def _run_unit(unit: tuple) -> tuple:
     fam, i = unit
     e = _WORKER["enum"][fam]
     return unit, list(e.run(_WORKER["roots"][fam][i]))
-
-
-def _generalize_one(args: tuple) -> tuple:
-    """(index, the candidate with its variables split, its dimension groups, the pool with fresh variables)."""
-    i, cand, pool = args
-    pool = dict(pool)
-    cand = split_variables(cand, pool)
-    return i, cand, (generalize(cand, pool), source_groups(cand, pool)), {v: pool[v] for v in cand.inputs}
 
 
 @contextlib.contextmanager
@@ -270,12 +267,18 @@ def pair_all(s: Settings, records: list, counts: dict) -> list:
 def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out: Optional[str] = None,
                    checkpoint: Optional[str] = None, kinds: Optional[list] = None, per_kind: Optional[int] = None,
                    seed: int = 0, attrs: Optional[dict] = None, use_cache: bool = True,
-                   progress: Optional[Callable[[int, str], ContextManager]] = None) -> GenerateResult:
+                   progress: Optional[Callable[[int, str], ContextManager]] = None,
+                   time_budget: Optional[float] = None, reverse: bool = True,
+                   skip_unproven: bool = True) -> GenerateResult:
     """Discover substitution rules of up to `max_ops` operators per side, verify them, and return (and with `out`,
     write) the verified ones as a YAML rule file.
 
     `checkpoint` (default: `out` + ".ckpt") keeps finished work across an interruption; `progress(total, desc)`
-    returns a context manager with `update(n, note)` (the command line passes the project's progress bar)."""
+    returns a context manager with `update(n, note)` (the command line passes the project's progress bar).
+    Candidates are verified cheapest and smallest first; one implied by the rules kept so far is dropped unverified
+    (see `keep.py`). `time_budget` (seconds, whole run) stops verification: what is left is counted as unverified
+    and not written. `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
+    drops, unverified, a candidate that the kept rules imply together with rules the verifier left unproven."""
     s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
     progress = progress or _no_progress
     t0 = time.perf_counter()
@@ -288,53 +291,39 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
     cands = pair_all(s, records, counts)
     pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
-    # generalize: split variables used twice, then dimensions
-    t1 = time.perf_counter()
-    if ckpt.data.get("n_cands") != len(cands):
-        general: list = [None] * len(cands)
-        work = [(i, c, pool) for i, c in enumerate(cands)]
-        with progress(len(work), "generalizing") as bar:
-            if jobs > 1 and len(work) > 200:
-                with _workers(jobs) as ex:
-                    for i, c2, g, vars_ in ex.map(_generalize_one, work, chunksize=16):
-                        general[i] = (c2, g, vars_)
-                        bar.update(1)
-            else:
-                for w in work:
-                    i, c2, g, vars_ = _generalize_one(w)
-                    general[i] = (c2, g, vars_)
-                    bar.update(1)
-        ckpt.data["general"], ckpt.data["n_cands"] = general, len(cands)
-        ckpt.save(force=True)
-    general = ckpt.data["general"]
-    counts["t_generalize_s"] = round(time.perf_counter() - t1, 1)
-    # emit, dedupe generalized rules, verify (fallback: the pool's classes, ungeneralized)
+    # one direction per unordered pair; then, cheapest and smallest first: drop what the kept rules imply,
+    # generalize the rest and verify it (keep.py)
     t2 = time.perf_counter()
-    entries, seen, forms = [], {}, set()
-    for c, g, vars_ in general:
-        pool = {**pool, **vars_}
-        form = canonical_form(c, {v: pool[v].kind for v in c.inputs})
-        if form in forms:  # equal to a kept candidate once generalized
-            continue
+    items, forms, rev_forms, n_rev = [], set(), set(), 0
+    order = sorted(range(len(cands)), key=lambda i: (len(cands[i].src) + len(cands[i].dst), -len(cands[i].src), i))
+    for i in order:
+        c = cands[i]
+        kinds = {v: pool[v].kind for v in c.inputs}
+        form = canonical_form(c, kinds)
         forms.add(form)
-        cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
-        groups, implied = g
-        e = rule_entry(c, groups, pool, cls, implied)
-        fallback_groups = [[p for p in cls if cls[p] == k] for k in sorted(set(cls.values()))]
-        fb = rule_entry(c, fallback_groups, pool, cls, implied)
-        if e["digest"] in seen:
+        if form in rev_forms:  # the other direction of a kept candidate: verified (and written) as its reverse
+            n_rev += 1
             continue
-        seen[e["digest"]] = True
-        entries.append((c, e, fb if fb["digest"] != e["digest"] else None))
-    counts["generalized_distinct"] = len(entries)
-    counts["pruned_instance_of_general"] = len(general) - len(forms)
-    statuses = _verify_entries(s, entries, jobs, use_cache, counts, progress)
+        rc = reversed_candidate(c)
+        if rc is not None:
+            rev_forms.add(canonical_form(rc, kinds))
+        items.append(Item(c))
+    counts["pruned_reverse_direction"] = n_rev
+    deadline = time.monotonic() + time_budget - (time.perf_counter() - t0) if time_budget else None
+    from .keep import cost_class
+    worth = sum(1 for it in items if cost_class(it.cand, pool) == 0) > 100 or \
+        sum(1 for it in items if cost_class(it.cand, pool) > 0) > 2  # else starting workers takes longer
+    with (_workers(jobs, initializer=_quiet) if jobs > 1 and worth else contextlib.nullcontext()) as ex:
+        done = Keeper(items, pool, jobs, use_cache, counts, progress, deadline, reverse=reverse, executor=ex,
+                      skip_unproven=skip_unproven).run()
+    statuses = [(it.gcand or it.cand, it.used or it.entry, it) for it in done]
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
-    kept = [(c, e, st) for (c, e, st) in statuses if st.ok]
+    kept = [(c, e, it) for (c, e, it) in statuses if it.status == "verified"]
     kept.sort(key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"]))
     header = (f"# Substitution rules generated by `taso-tvm rules generate` ({s.describe()}).\n"
-              f"# Every rule below was verified by taso_tvm.rules.verify; {len(kept)} of {len(entries)} candidates.\n")
-    text = header + "\n".join(entry_yaml(e, _doc(s, c, st)) for c, e, st in kept)
+              f"# Every rule below was verified by taso_tvm.rules.verify: {len(kept)} rules from {len(items)} "
+              f"candidates ({counts['forward_derivable']} implied by smaller kept rules, not written).\n")
+    text = header + "\n".join(entry_yaml(e, _doc(s, c, it)) for c, e, it in kept)
     rules = parse_rules(text, str(out) if out else "<generated>")
     counts["verified"] = len(rules)
     counts["t_total_s"] = round(time.perf_counter() - t0, 1)
@@ -342,57 +331,11 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
         atomic_write(str(out), lambda f: f.write(text), mode="w")
     if ck_path is not None and ck_path.exists():
         ck_path.unlink()  # done: the next run with these settings starts afresh (verdicts stay cached)
-    return GenerateResult(s, text, rules, counts, {e["name"]: st.status for _c, e, st in statuses},
-                          [(c, e, st.status) for c, e, st in statuses])
+    return GenerateResult(s, text, rules, counts, {it.name: it.status for _c, _e, it in statuses},
+                          [(c, e, it.status) for c, e, it in statuses],
+                          {it.name: it.path for _c, _e, it in statuses if it.status == "derivable"})
 
 
-def _doc(s: Settings, c, st) -> str:
-    return f"generated ({s.describe()}); fingerprint {c.fingerprint}; proof {st.proof}"
-
-
-VERIFY_CHUNK = 64  # rules per verifier batch: each batch's verdicts are cached, so an interrupted run resumes
-
-
-def _verify_entries(s: Settings, entries: list, jobs: int, use_cache: bool, counts: dict,
-                    progress: Optional[Callable] = None) -> list:
-    """[(candidate, entry, VerifyResult)]: the generalized entry, or its fallback where that one fails."""
-    from ..verify import verify_rules as _verify_all
-
-    progress = progress or _no_progress
-
-    def verify_rules(rules: list, jobs: int, use_cache: bool) -> list:
-        out: list = []
-        with progress(len(rules), "verifying") as bar:
-            for i in range(0, len(rules), VERIFY_CHUNK):
-                out += _verify_all(rules[i:i + VERIFY_CHUNK], jobs=jobs, use_cache=use_cache)
-                bar.update(len(rules[i:i + VERIFY_CHUNK]))
-        return out
-
-    def compile_all(items):
-        rules, ok = [], []
-        for c, e in items:
-            try:
-                rules += parse_rules(entry_yaml(e, "candidate"), "<generated>")
-                ok.append((c, e))
-            except RuleError as err:
-                log.warning("generated rule %s does not compile: %s", e["name"], err)
-                counts["not_compiled"] = counts.get("not_compiled", 0) + 1
-        return rules, ok
-
-    rules, ok = compile_all([(c, e) for c, e, _fb in entries])
-    results = verify_rules(rules, jobs=jobs, use_cache=use_cache) if rules else []
-    out, retry = [], []
-    fb_of = {e["name"]: fb for _c, e, fb in entries}
-    for (c, e), res in zip(ok, results):
-        if res.ok or fb_of.get(e["name"]) is None:
-            out.append((c, e, res))
-        else:
-            retry.append((c, fb_of[e["name"]], res))
-    counts["verified_general"] = sum(1 for _c, _e, r in out if r.ok)
-    if retry:
-        rules2, ok2 = compile_all([(c, fb) for c, fb, _r in retry])
-        res2 = verify_rules(rules2, jobs=jobs, use_cache=use_cache) if rules2 else []
-        out += [(c, fb, r) for (c, fb), r in zip(ok2, res2)]
-    counts["refuted"] = sum(1 for *_x, r in out if r.status == "refuted")
-    counts["unproven"] = sum(1 for *_x, r in out if r.status == "unproven")
-    return out
+def _doc(s: Settings, c, it) -> str:
+    rev = f"; reverse of {it.reverse_of}" if it.reverse_of else ""
+    return f"generated ({s.describe()}); fingerprint {c.fingerprint}; proof {it.result.proof}{rev}"
