@@ -13,7 +13,10 @@ to apply there. `plan_instances` covers the choices by combinations, not by valu
 * otherwise every *pair* of values of two choices that occur together (a greedy covering array); a pair no
   admissible instance covers is searched for exhaustively (it is then outside the rule's domain) or reported as
   not covered (after the first such pair, which makes a proof impossible, the others are not searched for);
-* plus one instance with every dimension symbol >= 4 where the source builds within the size bound.
+* plus one instance with every dimension symbol >= 4 where the source builds within the size bound;
+* plus *wide* instances (checked numerically): some dimension symbols grown to `WIDE_DIMS` (one odd, one even size),
+  the others at their domain's largest value, largest grown sets first, so that a source whose windows fit only at
+  sizes beyond the domains (a kernel after a stride) builds somewhere.
 
 The sample depends on the rule's content (its canonical form), never on its name or file position.
 """
@@ -41,6 +44,10 @@ EXHAUSTIVE_LIMIT = 256  # combinations: all of them up to this many, else all pa
 PAIR_TRIES = 32  # random completions of an uncovered pair before searching it exhaustively
 PAIR_SEARCH_LIMIT = 1200  # leaves of that exhaustive search
 LARGE_ELEMENTS = 1200  # the large instance may have this many input elements
+WIDE_DIMS = (7, 8)  # the wide instances' grown dimensions (odd and even: strides and SAME padding differ)
+WIDE_TRIES = 32  # grown sets tried per size
+WIDE_ELEMENTS = 4000  # a wide instance may have this many input elements
+SWEEP_DIMS = tuple(range(1, 10))  # the sweep's dimension sizes (besides each symbol's own domain)
 
 
 class NoInstance(Exception):
@@ -68,6 +75,7 @@ class Instance:
     match: Match
     weight_vars: frozenset
     large: bool = False  # the every-dim->=4 instance
+    wide: bool = False  # a wide instance (dimensions grown beyond their domains): checked numerically
 
     def describe(self) -> str:
         sh = ", ".join(f"{k}: {list(v)}" for k, v in self.shapes.items())
@@ -381,6 +389,7 @@ class Plan:
     uncovered: list = field(default_factory=list)  # descriptions of pairs / values not covered
     oversize: int = 0  # combinations over the size bound (not checked)
     large: bool = False  # an instance with every dimension >= 4 is included
+    wide: int = 0  # wide instances included
     truncated: bool = False  # max_instances cut the plan short
 
     @property
@@ -396,6 +405,8 @@ class Plan:
             txt += f", {self.outside} outside the rule's domain)" if self.outside else ")"
         if self.large:
             txt += ", one with every dim >= 4"
+        if self.wide:
+            txt += f", {self.wide} wide"
         if self.oversize:
             txt += f", {self.oversize} over the size bound"
         if self.uncovered:
@@ -596,6 +607,7 @@ def plan_instances(rule: Rule, seed: int = 0, max_instances: Optional[int] = Non
         _pairwise(pl, plan)
     plan.oversize = pl.oversize if plan.mode == "exhaustive" else 0
     _add_large(pl, plan)
+    _add_wide(pl, plan)
     plan.instances = pl.instances
     if max_instances is not None and len(plan.instances) > max_instances:
         plan.instances, plan.truncated = plan.instances[:max_instances], True
@@ -660,6 +672,64 @@ def _add_large(pl: _Planner, plan: Plan) -> None:
                     return
 
 
+def _add_wide(pl: _Planner, plan: Plan) -> None:
+    """Wide instances (module docstring): for each size of `WIDE_DIMS`, the first grown set of dimension symbols
+    (largest sets first, at most `WIDE_TRIES`) whose source builds within `WIDE_ELEMENTS`."""
+    rule = pl.rule
+    syms = sorted(pl._syms())
+    if not syms:
+        return
+    top = {s: max(rule.verify.dims.get(s, DEFAULT_DIMS)) for s in syms}
+    subsets = [c for r in range(len(syms), 0, -1) for c in itertools.combinations(syms, r)][:WIDE_TRIES]
+    for big in WIDE_DIMS:
+        for grown in subsets:
+            if all(top[s] >= big for s in grown):
+                continue
+            dims = {**top, **{s: big for s in grown}}
+
+            def choose(name: str, dom: list) -> Any:
+                if not dom:
+                    raise NoInstance(f"empty domain for {name}")
+                return dims[name] if name in dims else pl.rng.choice(dom)
+
+            try:
+                inst = _attempt(rule, choose, WIDE_ELEMENTS)
+            except (NoInstance, _Reject):
+                continue
+            inst.wide = True
+            pl.instances.append(inst)
+            plan.wide += 1
+            break
+
+
+def sweep_instances(rule: Rule, tries: int, seed: int = 0) -> Iterator[Instance]:
+    """Admissible instances off the plan, for the verifier's refutation sweep: `tries` assignments where each
+    dimension symbol takes a value of its domain or of `SWEEP_DIMS` (even odds), and the shape alternative and the
+    attributes a value of their domains, at random from the rule's content seed (deterministic). Assignments that do
+    not build, that the constraints reject, or that repeat one tried before are skipped."""
+    rng = random.Random(content_seed(rule, seed) ^ 0x5EED)
+    syms = frozenset(d for alt in (rule.verify.shapes or [{}]) for d in _symbols_of(alt))
+    seen: set = set()
+    for _ in range(tries):
+        assign: dict = {}
+
+        def choose(name: str, dom: list) -> Any:
+            if not dom:
+                raise NoInstance(f"empty domain for {name}")
+            v = rng.choice(SWEEP_DIMS) if name in syms and rng.random() < 0.5 else rng.choice(dom)
+            assign[name] = freeze(v)
+            return v
+
+        try:
+            inst = _attempt(rule, choose, 10 ** 6)
+        except (NoInstance, _Reject):
+            continue
+        key = tuple(sorted((k, _key(v)) for k, v in assign.items()))
+        if key not in seen:
+            seen.add(key)
+            yield inst
+
+
 def iter_instances(rule: Rule, max_instances: Optional[int] = None, seed: int = 0,
                    values_fn: Optional[Callable[[dict], dict]] = None) -> Iterator[Instance]:
     """The planned instances (see `plan_instances`), at most `max_instances`."""
@@ -676,8 +746,13 @@ def positive_vars(rule: Rule) -> set:
 
 
 def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol: float = 1e-6,
-                atol: float = 1e-9) -> tuple:
-    """Evaluate both sides of the rule at the instance with NumPy. Returns (ok, detail, feeds)."""
+                atol: float = 1e-9, integers: bool = False, tgt: Optional[TensorGraph] = None) -> tuple:
+    """Evaluate both sides of the rule at the instance with NumPy. Returns (ok, detail, feeds).
+
+    Inputs are random in +-[0.25, 2], or with `integers` in +-{1, 2, 3} (float64: exact for linear arithmetic,
+    relu, max, concat and split; an output that is not finite is not compared); positive where an operator wants
+    positive values. `tgt`: the instance's graph
+    rewritten by the rule, when the caller has it."""
     from .matcher import build_target
 
     rng = rng or np.random.default_rng(0)
@@ -685,7 +760,8 @@ def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol:
     feeds = {}
     pos = positive_vars(inst.rule)
     for v in inst.rule.inputs:
-        feeds[v] = rng.uniform(0.25, 2.0, inst.shapes[v])
+        feeds[v] = rng.integers(1, 4, inst.shapes[v]).astype(np.float64) if integers else \
+            rng.uniform(0.25, 2.0, inst.shapes[v])
         if v not in pos:
             feeds[v] *= rng.choice([-1.0, 1.0], inst.shapes[v])
     # weight variables hold their values in the store: give them these values
@@ -693,16 +769,16 @@ def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol:
     for v in inst.weight_vars:
         node = store.nodes[inst.match.tensors[v][0]]
         node.value = feeds[v]
-    mapping = build_target(inst.rule, g, inst.match)
-    tgt = g.replace(mapping)
+    if tgt is None:
+        tgt = g.replace(build_target(inst.rule, g, inst.match))
     src_vals = g.evaluate(feeds)
     tgt_vals = tgt.evaluate(feeds)
     for i, (a, b) in enumerate(zip(src_vals, tgt_vals)):
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         if a.shape != b.shape:
             return False, f"output {inst.rule.outputs[i]}: shape {a.shape} vs {b.shape}", feeds
-        if np.isnan(a).any() or np.isnan(b).any():
-            continue
+        if np.isnan(a).any() or np.isnan(b).any() or integers and not (np.isfinite(a).all() and np.isfinite(b).all()):
+            continue  # (integers: an exact zero divides more often; such an output decides nothing)
         finite = np.abs(a[np.isfinite(a)])
         scale = max(1.0, float(finite.max(initial=0.0)))
         if not np.allclose(a, b, rtol=rtol, atol=atol * scale):

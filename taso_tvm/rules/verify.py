@@ -1,8 +1,9 @@
 """The rule verifier: a bounded symbolic proof and TASO's axiomatic proof, both with Z3, with a persistent cache.
 
 *Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
-(`instances.py`: every combination, or every pair, plus one instance with every dim >= 4); a target that does not
-build or changes type where the source builds and the constraints hold is a counterexample; both sides are
+(`instances.py`: every combination, or every pair, plus one instance with every dim >= 4, plus *wide* instances with
+some dims grown beyond their domains, checked with NumPy); a target that does not build or changes type where the
+source builds and the constraints hold is a counterexample; both sides are
 evaluated with each operator's Z3 semantics (the registry's `z3` slot) and every output element is proven equal.
 The slots run first over exact polynomials of the input elements (`poly.py`: rational coefficients; relu, max,
 reciprocals and other functions as atoms of their normalised arguments): equal normal forms prove an element without
@@ -10,6 +11,9 @@ a solver call. Elements whose normal forms differ (and every element, where some
 Z3 terms over one Z3 Real per input element, with the functions' exact semantics (relu and max as If, the rest
 uninterpreted); Z3's own normalisation, then the solver decides them. A disagreement comes back as a counterexample
 (shapes, attributes, input values), confirmed with the NumPy semantics when it involves uninterpreted functions.
+Before the bounded proof is declared, an *off-plan sweep* (`_sweep`) tries random assignments with every dim also
+from 1..9: where the source builds and the constraints hold, the target must build with the same types and, at small
+sizes, agree on small integer inputs (NumPy, float64): a net for rules false only beyond the verify.dims domains.
 
 *Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms. Its query runs
 under a Z3 resource limit (`AXIOMATIC_RLIMIT`, deterministic) as well as the rule's timeout.
@@ -38,7 +42,7 @@ import numpy as np
 
 from ..graph import GraphError, TensorGraph
 from ..graph.tensor_graph import CycleError
-from .instances import Instance, NoInstance, numpy_check, plan_instances
+from .instances import Instance, NoInstance, content_seed, numpy_check, plan_instances, sweep_instances
 from .language import Rule, parse_rules
 from .matcher import TypeMismatch, build_target
 from .poly import Ring, Z3Converter, lift_array
@@ -46,10 +50,12 @@ from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-3"  # bump when a change can alter a verdict
+VERIFIER_VERSION = "taso-tvm-verify-4"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
+SWEEP_TRIES = 32  # assignments the refutation sweep tries (`_sweep`)
+SWEEP_ELEMENTS = 2000  # the sweep evaluates instances with at most this many input elements
 # Z3's resource limit for one axiomatic proof (deterministic, unlike a wall-clock limit): every proof of the library
 # and the test suites takes at most ~22,000 units, and a query that cannot succeed burns ~200,000 units per second,
 # so it stops in about a second instead of at the timeout. Running out is "unknown", never "proven".
@@ -421,6 +427,40 @@ def _numeric_only(inst: Instance, draws: int = 3) -> tuple:
     return "proven", "", None
 
 
+def _wide_check(inst: Instance) -> tuple:
+    """A wide instance (beyond the solver's size bound): the rule's facts hold, then `_numeric_only`."""
+    try:
+        _check_facts(inst)
+    except _Verdict as v:
+        return v.result
+    return _numeric_only(inst) if inst.rule.tgt_outputs else ("proven", "", None)
+
+
+def _sweep(rule: Rule, seed: int = 0) -> Optional[tuple]:
+    """The refutation net run before the bounded proof is declared: instances off the plan, dimensions also from
+    1..9 (`sweep_instances`), where the source builds and the constraints hold. The target must build with the same
+    output types, and where the instance is small, both sides must agree on small integer inputs in float64 (NumPy,
+    relative tolerance 1e-6). Returns a refuting (status, detail, counterexample), or None."""
+    rng = np.random.default_rng(content_seed(rule, seed) % (2 ** 32))
+    for inst in sweep_instances(rule, SWEEP_TRIES, seed):
+        try:
+            tgt = _rewrite(inst)
+        except _Verdict as v:
+            if v.result[0] == "refuted":
+                return v.result
+            continue
+        if inst.num_elements > SWEEP_ELEMENTS:
+            continue
+        try:
+            ok, detail, feeds = numpy_check(inst, rng, integers=True, tgt=None if inst.weight_vars else tgt)
+        except Exception as err:  # noqa: BLE001  (NumPy may reject a value: the symbolic proof has the last word)
+            log.debug("sweep: no numeric evaluation at %s: %s", inst.describe(), err)
+            continue
+        if not ok:
+            return "refuted", detail, _counterexample(inst, "numeric", detail, feeds)
+    return None
+
+
 def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Optional[int] = None,
                   strict: bool = False, budget: float = BOUNDED_BUDGET_S, numeric_first: bool = True,
                   seed: int = 0) -> MethodResult:
@@ -436,7 +476,9 @@ def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Op
         return MethodResult("bounded", "unknown", str(err), time.perf_counter() - t0, 0)
     proven = 0
     for inst in plan.instances:
-        if inst.large and inst.num_elements > rule.verify.elements and rule.tgt_outputs and not rule.facts:
+        if inst.wide:
+            status, detail, ce = _wide_check(inst)
+        elif inst.large and inst.num_elements > rule.verify.elements and rule.tgt_outputs and not rule.facts:
             status, detail, ce = _numeric_only(inst)  # beyond the solver's size bound: NumPy, several draws
         else:
             status, detail, ce = check_instance(inst, timeout, strict, numeric_first)
@@ -451,10 +493,14 @@ def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Op
             return MethodResult("bounded", "unknown", f"time budget ({budget:.0f} s) spent after {proven} of "
                                 f"{len(plan.instances)} instances", time.perf_counter() - t0, proven,
                                 coverage=plan.describe())
-    dt = time.perf_counter() - t0
     if not plan.complete:
-        return MethodResult("bounded", "unknown", f"coverage falls short: {plan.describe()}", dt, proven,
-                            coverage=plan.describe())
+        return MethodResult("bounded", "unknown", f"coverage falls short: {plan.describe()}",
+                            time.perf_counter() - t0, proven, coverage=plan.describe())
+    refuted = _sweep(rule, seed) if rule.tgt_outputs else None
+    dt = time.perf_counter() - t0
+    if refuted is not None:
+        return MethodResult("bounded", "refuted", f"off-plan sweep: {refuted[1]}", dt, proven, refuted[2],
+                            plan.describe())
     return MethodResult("bounded", "proven", plan.describe(), dt, proven, coverage=plan.describe())
 
 
