@@ -373,3 +373,15 @@ def test_keeper_drops_the_implied_candidate_and_verifies_the_other():
     assert implied.status == "derivable" and len(implied.path) == 2 and implied.entry is None
     assert other.status == "verified" and ex.sent == [other.cand]
     assert counts["forward_derivable"] == 1 and counts["forward_verified"] == 1
+
+
+def test_every_generatable_operator_enumerates_over_the_default_pool():
+    """The default settings (every generatable operator) enumerate one-operator graphs without an error: an
+    operand spec's negative axis on a lower-rank input (a row, a scalar) is a mismatch, not an IndexError."""
+    from taso_tvm.rules.generate.driver import _enumerators
+
+    s = make_settings(1)
+    roots = {fam: e.roots() for fam, e in _enumerators(s).items()}
+    assert sum(map(len, roots.values())) > 0
+    ops = {n.op for rs in roots.values() for n in rs}
+    assert {"matmul", "layernorm", "softmax"} <= ops, ops

@@ -210,7 +210,7 @@ class Enumerator:
                     continue
                 dims = st.dims[args[i]]
                 for ax, classes in axes.items():
-                    if ax >= len(dims):
+                    if not -len(dims) <= ax < len(dims):  # a lower-rank operand (a row, a scalar)
                         return False
                     d = dims[ax]
                     if d is not None and not all(self.dim_class[r] in classes for r in d):
