@@ -251,15 +251,8 @@ def test_max_ops_3_writes_only_verified_rules(generated3):
     assert set(load_rules(str(out)).names) == written  # the verifier's own verdict on every written rule
 
 
-# the merge of two matmuls sharing their left input needs matmul(a, concat(b, c, axis=1)) == concat(matmul(a, b),
-# matmul(a, c), axis=1), which the verifier leaves unproven (bounded proof holds; the axiomatic one times out), so
-# the generator cannot keep it; strict: this fails once the verifier proves it, and the mark must go
-_LEFT_MERGE = pytest.param(0, marks=pytest.mark.xfail(strict=True, reason="verifier: axis-1 matmul/concat "
-                                                                          "distribution unproven"))
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [_LEFT_MERGE, 1, 2, 3])
+@pytest.mark.parametrize("case", [0, 1, 2, 3])  # merge sharing the left input, the right one, relu/concat, split/concat
 def test_max_ops_3_implies_merges_commutes_and_cancellations(generated3, case):
     """The written rules rewrite the source into the target (applied source to target, up to 3 steps), or failing
     that both into one graph (the rules as equalities)."""
