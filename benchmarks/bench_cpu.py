@@ -31,21 +31,6 @@ def _load() -> str:
         return "?"
 
 
-def _quiet_ort_session(model, threads: int):
-    """timing.ort_session's settings, with the intra-op threads not spinning after a run (they would hold a core
-    while the interleaved TVM run starts: on 2 cores that doubles a short TVM run)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(threads)
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.log_severity_level = 4
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
 def bench_model(name: str, model, threads: int, time_cap: float, target, spin: bool = True) -> dict:
     import tvm
 
@@ -63,7 +48,7 @@ def bench_model(name: str, model, threads: int, time_cap: float, target, spin: b
     tvm_run = timing.vm_runner(ex, args)
     out = tvm_run()
     got = (out.numpy() if hasattr(out, "numpy") else out[0].numpy())
-    sess = timing.ort_session(model, threads) if spin else _quiet_ort_session(model, threads)
+    sess = timing.ort_session(model, threads, spin=spin)
     want = sess.run(None, feeds)[0]
     err = float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-12))
     res = timing.compare(timing.ort_runner(sess, feeds), tvm_run, names=("ort", "tvm"), time_cap=time_cap)

@@ -1,6 +1,6 @@
 """`taso-tvm bench`: what taso-tvm does for a model, side by side with what users run today, in one run.
 
-    taso-tvm bench [MODELS or FILES] [--json F] [--plot F.png] [--no-tvm] [--time-cap S] [--threads N]
+    taso-tvm bench [MODELS or FILES] [--json F] [--plot F.png] [--no-tvm] [--time-cap S] [--threads N] [--no-spin]
 
 For each zoo model and ONNX file:
 - ONNX Runtime (CPU, all graph optimizations, `--threads` intra-op threads): the original, the original through
@@ -136,7 +136,8 @@ def run_search(model: Any, row: BenchRow, settings: dict, shapes: Optional[dict]
     return result
 
 
-def time_ort(models: dict, feeds: dict, row: BenchRow, threads: int, time_cap: float, seed: int) -> None:
+def time_ort(models: dict, feeds: dict, row: BenchRow, threads: int, time_cap: float, seed: int,
+             spin: bool = True) -> None:
     """Time the ONNX variants together, each checked against the original first."""
     from .check import CheckFailed, compare_outputs, run_onnx
     from .timing import compare, ort_runner, ort_session
@@ -148,7 +149,7 @@ def time_ort(models: dict, feeds: dict, row: BenchRow, threads: int, time_cap: f
         try:
             if name != "original":
                 compare_outputs(run_onnx(model, feeds, threads=threads), want)
-            runners.append(ort_runner(ort_session(model, threads), feeds))
+            runners.append(ort_runner(ort_session(model, threads, spin=spin), feeds))
             names.append(name)
         except (CheckFailed, _errors.TasoError, RuntimeError) as e:
             col.note = _errors.one_line(e)
@@ -172,7 +173,7 @@ ANCHOR = "ort original"  # the TVM builds are timed against what users run today
 
 
 def time_tvm(model: Any, feeds: dict, row: BenchRow, shapes: Optional[dict], threads: int, time_cap: float,
-             seed: int) -> None:
+             seed: int, spin: bool = True) -> None:
     """Build for llvm three ways, check each against ONNX Runtime, and time each against the original in ONNX
     Runtime: the scheduled builds together with it, the default build (seconds per run) apart, so that its slow runs
     do not starve the others of rounds."""
@@ -202,7 +203,7 @@ def time_tvm(model: Any, feeds: dict, row: BenchRow, shapes: Optional[dict], thr
             col.note = _errors.one_line(e)
             continue
         built[name] = vm_runner(ex, args)
-    anchor = ort_runner(ort_session(model, threads), feeds)
+    anchor = ort_runner(ort_session(model, threads, spin=spin), feeds)
     rounds = []
     for group in ([n for n in built if n != "default"], [n for n in built if n == "default"]):
         if group:
@@ -284,13 +285,13 @@ def bench_model(label: str, model: Any, args: argparse.Namespace, settings: dict
     opt_sim, opt_note = onnxsim_of(optimized)
     variants = {"original": model, "onnxsim": sim, "taso": optimized, "taso+onnxsim": opt_sim}
     log.info("%s: timing in ONNX Runtime", label)
-    time_ort(variants, feeds, row, args.threads, args.time_cap, args.seed)
+    time_ort(variants, feeds, row, args.threads, args.time_cap, args.seed, spin=not args.no_spin)
     for name, note in (("onnxsim", sim_note), ("taso+onnxsim", opt_note)):
         if note:
             row.ort[name].note = note
     if not args.no_tvm:
         log.info("%s: building and timing in TVM (llvm)", label)
-        time_tvm(model, feeds, row, shapes, args.threads, args.time_cap, args.seed)
+        time_tvm(model, feeds, row, shapes, args.threads, args.time_cap, args.seed, spin=not args.no_spin)
     return row
 
 
@@ -308,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bert-layers", type=int, help="encoder layers of the zoo's bert (default: the zoo's 12)")
     p.add_argument("--config", help="settings file for the search (YAML)")
     p.add_argument("--cost-backend", help="cost backend of the search (default auto: ONNX Runtime kernels)")
+    p.add_argument("--no-spin", action="store_true",
+                   help="neither runtime's threads spin after a run (ONNX Runtime allow_spinning=0, "
+                        "TVM_THREAD_POOL_SPIN_COUNT=0): runs alternate, and on few cores one runtime's spinning "
+                        "threads slow the next run's start")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -320,6 +325,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.threads < 1 or args.time_cap <= 0 or args.guard_cap <= 0:
         raise BenchError("--threads, --time-cap and --guard-cap must be positive")
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    if args.no_spin:
+        os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"  # read when TVM's pool starts
     from .cli_model import search_settings
     from .onnx_io import parse_shapes
 

@@ -245,9 +245,11 @@ def measure(fn: Callable[[], Any], name: str = "run", time_cap: float = 2.0, max
 
 
 # ------------------------------------------------------------------------------------------- runtimes
-def ort_session(model: Union[Any, bytes, str], threads: int = 2) -> Any:
+def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = True) -> Any:
     """An ONNX Runtime session the way the project times ONNX: CPU provider, `threads` intra-op threads, one
-    inter-op thread, sequential execution, all graph optimizations. `model`: a ModelProto, its bytes or a path."""
+    inter-op thread, sequential execution, all graph optimizations. `model`: a ModelProto, its bytes or a path.
+    `spin=False`: the intra-op threads do not spin after a run (interleaved with another runtime on few cores, the
+    spinning threads hold the cores the next run needs)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -256,6 +258,8 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2) -> Any:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 4  # a model that fails is reported by the caller, in one line
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort.set_default_logger_severity(4)
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
