@@ -56,7 +56,8 @@ def _key(pairs: list) -> list:
 
 
 def bench_matching(library, both, models: list, repeat: int) -> None:
-    from taso_tvm.rules import find_matches, graph_index, matcher
+    from taso_tvm.rules import graph_index, matcher
+    from taso_tvm.rules.matcher import every_match
 
     print(f"\nmatching: one RuleSet.matches per graph (a fresh graph index each time), best of {repeat} (ms); "
           f"tried = rules whose operators all occur in the graph (as often as in their patterns)")
@@ -67,15 +68,7 @@ def bench_matching(library, both, models: list, repeat: int) -> None:
         index = graph_index(g)
 
         def unindexed():  # the matcher before the index: every rule, ranks checked only by `where` at the end
-            out = []
-            for r in both.rules:
-                comp = matcher._compiled(r)
-                saved, comp.ranks, comp.arg_ranks = (comp.ranks, comp.arg_ranks), {}, [None] * comp.n
-                try:
-                    out += [(r, m) for m in find_matches(r, g, index=index)]
-                finally:
-                    comp.ranks, comp.arg_ranks = saved
-            return out
+            return every_match(both.rules, g, index)
 
         rows = {}
         for label, fn in (("lib", lambda: library.matches(g)), ("idx", lambda: both.matches(g)),

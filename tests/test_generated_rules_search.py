@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from taso_tvm.rules import RuleSet, apply_match, find_matches, graph_index, library_files, load_rules, matcher
+from taso_tvm.rules import RuleSet, apply_match, graph_index, library_files, load_rules, matcher
+from taso_tvm.rules.matcher import every_match
 from taso_tvm.rules.language import read_rule_files
 from taso_tvm.rules.ruleset import LIBRARY_ENTRY, required_ops
 
@@ -80,19 +81,6 @@ def _mat_graph():
     return TensorGraph(s, [out])
 
 
-def _every_match(rules, g, index) -> list:
-    """Every rule tried on the graph, without the matcher's early rank check (the `where` clause decides)."""
-    out = []
-    for r in rules:
-        comp = matcher._compiled(r)
-        saved, comp.ranks, comp.arg_ranks = (comp.ranks, comp.arg_ranks), {}, [None] * comp.n
-        try:
-            out += [(r, m) for m in find_matches(r, g, index=index)]
-        finally:
-            comp.ranks, comp.arg_ranks = saved
-    return out
-
-
 def test_index_finds_the_same_matches_as_every_rule(both, graphs):
     """RuleSet.matches (rules whose operators occur in the graph, inputs refused early by rank) == every rule
     tried to the end, in the same order."""
@@ -100,7 +88,7 @@ def test_index_finds_the_same_matches_as_every_rule(both, graphs):
     skipped = 0
     for name, g in [*graphs.items(), ("mat", _mat_graph())]:
         index = graph_index(g)
-        every = _every_match(both.rules, g, index)
+        every = every_match(both.rules, g, index)
         assert _key(both.matches(g)) == _key(every), name
         counts = {op: len(ids) for op, ids in index.by_op.items()}
         tried = both.candidates(counts)

@@ -573,6 +573,21 @@ def find_matches(rule: Rule, graph: TensorGraph, index: Optional[GraphIndex] = N
 _SHARED_CONSTS: dict = {}  # (id, dtype) of a read-only array -> (array, converted array, key)
 
 
+def every_match(rules: list, graph: TensorGraph, index: Optional[GraphIndex] = None) -> list:
+    """[(rule, match)] with every rule tried to the end and ranks left to each rule's `where` clause: no rule
+    index, no early rank check. The reference the fast paths (`RuleSet.matches`) are checked against."""
+    index = index or graph_index(graph)
+    out = []
+    for r in rules:
+        comp = _compiled(r)
+        saved, comp.ranks, comp.arg_ranks = (comp.ranks, comp.arg_ranks), {}, [None] * comp.n
+        try:
+            out += [(r, m) for m in find_matches(r, graph, index=index)]
+        finally:
+            comp.ranks, comp.arg_ranks = saved
+    return out
+
+
 def _const_weight(store, value: Any, dtype: str):
     shared = isinstance(value, np.ndarray) and not value.flags.writeable  # e.g. a cached identity_kernel()
     hit = _SHARED_CONSTS.get((id(value), dtype)) if shared else None

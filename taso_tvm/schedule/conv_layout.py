@@ -17,14 +17,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-CONV2D = "relax.nn.conv2d"
-
-
-def _shape(expr: relax.Expr) -> list:
-    try:
-        return [int(d) for d in expr.ty.shape]
-    except (AttributeError, TypeError, ValueError):
-        return []
+from .relax_rewrite import CONV2D, out_dtype, rewrite_functions, static_shape as _shape
 
 
 def wants_ihwo(out_shape: list, stride_w: int, granule: int) -> bool:
@@ -53,23 +46,18 @@ class _ToIHWO(PyExprMutator):
             return call
         if not wants_ihwo(out, int(a.strides[1]), self.granule):
             return call
-        out_dtype = str(a.out_dtype) if a.out_dtype is not None else ""
         new = relax.op.nn.conv2d(call.args[0], relax.op.permute_dims(weight, [1, 2, 3, 0]),
                                  strides=[int(s) for s in a.strides], padding=[int(p) for p in a.padding],
                                  dilation=[int(d) for d in a.dilation], groups=1, data_layout="NCHW",
                                  kernel_layout="IHWO", out_layout="NCHW",
-                                 out_dtype=None if out_dtype in ("", "void", "None") else out_dtype)
+                                 out_dtype=out_dtype(a))
         self.changed += 1
         return new
 
 
 def conv_weights_ihwo(mod: tvm.IRModule, granule: int) -> tuple:
     """(module, number of conv2d changed)."""
-    m = _ToIHWO(mod, granule)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            m.builder_.update_func(gv, m.visit_expr(func))
-    return m.builder_.get(), m.changed
+    return rewrite_functions(mod, _ToIHWO(mod, granule))
 
 
 @tvm.transform.module_pass(opt_level=0, name="TasoConvWeightsIHWO")

@@ -18,20 +18,9 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-CONV2D = "relax.nn.conv2d"
+from .relax_rewrite import CONV2D, out_dtype as _out_dtype, rewrite_functions, static_shape as _static_shape
+
 MIN_WIDTH = 4  # narrower outputs (1x1 maps, 2x2) would mostly compute padding
-
-
-def _static_shape(expr: relax.Expr) -> list:
-    try:
-        return [int(d) for d in expr.ty.shape]
-    except (AttributeError, TypeError, ValueError):
-        return []
-
-
-def _out_dtype(attrs: Any) -> Any:
-    text = str(attrs.out_dtype) if attrs.out_dtype is not None else ""
-    return None if text in ("", "void", "None") else text
 
 
 @mutator
@@ -69,11 +58,7 @@ class _Widen(PyExprMutator):
 
 def pad_conv_width(mod: tvm.IRModule, granule: int) -> tuple:
     """(module, number of conv2d widened)."""
-    w = _Widen(mod, granule)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            w.builder_.update_func(gv, w.visit_expr(func))
-    return w.builder_.get(), w.changed
+    return rewrite_functions(mod, _Widen(mod, granule))
 
 
 @tvm.transform.module_pass(opt_level=0, name="TasoPadConvWidth")
