@@ -274,10 +274,12 @@ def ort_runner(session: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], An
 
 def compare_onnx(original: Any, optimized: Any, feeds: Mapping[str, np.ndarray], threads: int = 2,
                  time_cap: float = DEFAULT_TIME_CAP, names: Sequence[str] = ("original", "optimized"),
-                 **kwargs: Any) -> TimingResult:
+                 spin: bool = False, **kwargs: Any) -> TimingResult:
     """Compare two ONNX models (ModelProto, bytes or path) in ONNX Runtime on the same feeds;
-    `verdict` says whether the optimized one is faster. `kwargs` go to `compare`."""
-    runs = [ort_runner(ort_session(m, threads), feeds) for m in (original, optimized)]
+    `verdict` says whether the optimized one is faster. `kwargs` go to `compare`. The sessions' threads do not
+    spin after a run unless `spin`: alternating with spinning threads, each session's run waits for the cores the
+    other's idle threads hold, which adds noise (and an order effect) without changing which model is faster."""
+    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in (original, optimized)]
     return compare(*runs, names=names, time_cap=time_cap, **kwargs)
 
 
