@@ -16,9 +16,9 @@ from taso_tvm.rules.generate.driver import make_settings, _enumerators
 from taso_tvm.rules.generate.graphs import ShapeForm, expr_text
 from taso_tvm.rules.verify import verify_rules
 
-# element-wise operators with the reshapes (a scalar joins the heads family), and the layout operators alone (the
-# transposes' axiomatic proofs take a second each)
-RUNS = [dict(ops=["add", "mul", "relu", "reshape"], kinds=["seq", "heads", "scalar"]),
+# element-wise operators with the reshapes of a [B, L, E] activation (a scalar joins it), and the layout operators
+# alone on both kinds of the heads family (the transposes' axiomatic proofs take a second each)
+RUNS = [dict(ops=["add", "mul", "relu", "reshape"], kinds=["seq", "scalar"]),
         dict(ops=["reshape", "transpose"], kinds=["seq", "heads"])]
 BERT = (1, 128, 768, 12)  # batch, sequence, embedding, heads
 
@@ -193,3 +193,38 @@ def test_generated_heads_rules_apply_on_an_attention_block(generated):
             applied.append(r.name)
     # the scale moved before the split (mul by a scalar commutes with the reshape)
     assert applied and any("mul" in n for n in applied), applied
+
+
+# ---------------------------------------------------------------- the head count, generalized
+def _split_transpose_add(first):
+    """add(transpose(split(e1)), q1) with the arguments of the add in either order: q1's heads axis must equal the
+    split's head count."""
+    from taso_tvm.rules.generate.graphs import GNode
+    split = GNode("reshape", (("shape", ShapeForm("split_heads")),), (("i", "e1"),))
+    tr = GNode("transpose", (("perm", (0, 2, 1, 3)),), (("n", 0, 0),))
+    args = (("n", 1, 0), ("i", "q1")) if first else (("i", "q1"), ("n", 1, 0))
+    return split, tr, GNode("add", (), args)
+
+
+def test_head_count_is_free_or_tied_to_the_heads_axis_it_must_equal():
+    from taso_tvm.rules.generate.emit import entry_yaml, rule_entry
+    from taso_tvm.rules.generate.generalize import generalize, source_groups
+    from taso_tvm.rules.generate.graphs import GNode
+    from taso_tvm.rules.generate.pairs import Candidate
+    from taso_tvm.rules.generate.pool import HEADS, build_pool, dim_class
+
+    pool = {v.name: v for v in build_pool({"seq", "heads"}, 2)}
+    split, _tr, _add = _split_transpose_add(True)
+    merge = GNode("reshape", (("shape", ShapeForm("merge_heads")),), (("n", 0, 0),))
+    identity = Candidate((split, merge), (("n", 1, 0),), (), (("i", "e1"),), ("e1",), "t")
+    assert [(HEADS, 0)] in generalize(identity, pool)  # merge(split(a)) = a for any head count
+    c = Candidate(_split_transpose_add(True), (("n", 2, 0),), _split_transpose_add(False), (("n", 2, 0),),
+                  ("e1", "q1"), "t")
+    groups = generalize(c, pool)
+    assert sorted(next(g for g in groups if (HEADS, 0) in g)) == [(HEADS, 0), ("q1", 1)]
+    cls = {(v, a): dim_class(pool[v], a) for v in c.inputs for a in range(len(pool[v].shape))}
+    entry = rule_entry(c, groups, pool, cls, source_groups(c, pool))
+    assert "s0 == [dim(a, 0), dim(a, 1), dim(b, 1), dim(a, 2) // dim(b, 1)]" in entry["where"]
+    assert not entry["attrs"]  # the count is defined by the match: no head counts to list
+    (rule,) = parse_rules(entry_yaml(entry, "test"))
+    assert verify_rules([rule], jobs=1, use_cache=False)[0].status == "verified"

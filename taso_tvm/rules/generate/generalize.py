@@ -56,10 +56,9 @@ def splits_heads(c: Candidate) -> bool:
 
 
 def _trial_size(k: str, base: int, fresh: int, size: dict, cls: dict) -> int:
-    """A new size for a group of class `k`: an embedding stays a multiple of the head counts, a head count divides
-    the embeddings as they are now; any other class takes the next size not used yet."""
-    if k == "E":
-        return base * (2 + fresh)
+    """A new size for a group of class `k`: a head count one that divides the embeddings as they are now, any other
+    class the next size not used yet. (An embedding that a split reads then no longer divides into the pool's head
+    count: the embeddings a rule splits stay one group, as the target may split them all by the source's count.)"""
     if k == "G":
         embeddings = [size[p] for p in size if cls[p] == "E"]
         fits = [d for d in (5, 8, 10, 2) if d != base and all(e % d == 0 for e in embeddings)]
@@ -71,10 +70,10 @@ def _trial_size(k: str, base: int, fresh: int, size: dict, cls: dict) -> int:
 def _partition(c: Candidate, pool: dict, ok) -> list:
     """The finest grouping of input dimensions (within the pool's classes) under which `ok(shapes)` still holds
     when a group takes a size of its own."""
-    extra = [HEADS] if splits_heads(c) else []
+    pseudo = [HEADS] if splits_heads(c) else []  # the head count, a dimension of its own
     rank = {v: len(pool[v].shape) for v in c.inputs}
-    rank.update({v: 1 for v in extra})
-    positions = [(v, a) for v in list(c.inputs) + extra for a in range(rank[v])]
+    rank.update({v: 1 for v in pseudo})
+    positions = [(v, a) for v in list(c.inputs) + pseudo for a in range(rank[v])]
     cls = {p: "G" if p[0] == HEADS else dim_class(pool[p[0]], p[1]) for p in positions}
     base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
     size = dict(base)
