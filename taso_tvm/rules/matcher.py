@@ -145,7 +145,8 @@ class MatchEnv(E.Env):
     """Expressions see the match's attribute variables, groups and tensors (plus target tensors when building)."""
 
     def __init__(self, match: Match, index: GraphIndex, extra: Optional[dict] = None):
-        self.m, self.index, self.extra = match, index, extra or {}
+        self.m, self.index = match, index
+        self.extra = extra if extra is not None else {}  # the caller's dict: target tensors join it as built
 
     def lookup(self, name: str) -> Any:
         if name in self.m.attrs:

@@ -112,6 +112,8 @@ register_facet("merge_gconv", DOMAINS, {"count": (1, 2, 4), "groups": (1, 2, 4)}
 # - ``rules.generate.partition``: ``join`` (concat) or ``cut`` (split, whose sizes are a concatenation's parts).
 # - ``rules.generate.operands``: ``{argument: {axis: classes}}``: the pool dimension classes (see `pool.py`) an
 #   argument's axis must stem from: conv2d convolves activations (spatial class H) with kernels (classes K, I).
+#   Words of ``attrs`` for transformers: ``swap_last_or_heads`` (transpose: the last two axes, and on 4-D tensors
+#   heads and sequence, perm (0, 2, 1, 3)); ``head_forms`` (reshape: split_heads, merge_heads, flatten).
 # - ``rules.generate.same_shape``: element-wise operators combine equal shapes, or a lower-rank operand that
 #   broadcasts (a scalar, a channel vector), as TASO's do.
 # - ``rules.generate.carries``: ``(argument, input axis, output axis)`` triples along which a concatenation of the
@@ -146,7 +148,8 @@ _UNARY_RANK = ((0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 3))
 # TASO's operators
 register_facet("matmul", GEN_ATTRS, {"activation": ("none",)})
 register_facet("matmul", GEN_INPUTS, ("mat",))
-register_facet("matmul", GEN_OPERANDS, {0: {-1: ("S",)}, 1: {-2: ("S",)}})  # matrices, not conv kernels
+# matrices, not conv kernels; per-head tensors contract the head size (q @ k^T) or the sequence (scores @ v)
+register_facet("matmul", GEN_OPERANDS, {0: {-1: ("S", "D", "L")}, 1: {-2: ("S", "D", "L")}})
 register_facet("matmul", GEN_CARRIES, ((0, -2, -2), (1, -1, -1), (0, -3, -3), (1, -3, -3)))
 register_facet("conv2d", GEN_ATTRS, {"strides": ((1, 1), (2, 2)), "padding": ("SAME", "VALID"), "activation": _GEN_ACT,
                                  "groups": "groups"})
@@ -186,5 +189,10 @@ register_facet("gelu", GEN_CARRIES, _UNARY_RANK)
 register_facet("layernorm", GEN_ATTRS, {"axes": ((-1,),)})
 register_facet("layernorm", GEN_INPUTS, ("mat", "row"))
 register_facet("layernorm", GEN_CARRIES, ((0, -2, -2), (0, -3, -3)))
-register_facet("transpose", GEN_ATTRS, {"perm": "swap_last"})
-register_facet("transpose", GEN_INPUTS, ("batched",))
+register_facet("transpose", GEN_ATTRS, {"perm": "swap_last_or_heads"})
+register_facet("transpose", GEN_INPUTS, ("batched", "heads"))
+# attention heads: a [B, L, E] activation split into heads, per-head tensors merged back, or flattened (the forms of
+# `generate.graphs.ShapeForm`); only what stems from an embedding or a head size is reshaped (not images, matrices)
+register_facet("reshape", GEN_ATTRS, {"shape": "head_forms"})
+register_facet("reshape", GEN_INPUTS, ("seq", "heads"))
+register_facet("reshape", GEN_OPERANDS, {0: {-1: ("E", "D")}})

@@ -44,7 +44,7 @@ def _build(store: NodeStore, nodes: tuple, outputs: tuple, inputs: dict, shapes:
     refs: dict = {}
     for j, n in enumerate(nodes):
         args = [inputs[a[1]] if a[0] == "i" else refs[(a[1], a[2])] for a in n.args]
-        outs = store.add(n.op, args, **resolve(n.attrs, shapes))
+        outs = store.add(n.op, args, **resolve(n.attrs, shapes, [store.type(a) for a in args]))
         for o, r in enumerate(outs):
             refs[(j, o)] = r
     return [inputs[r[1]] if r[0] == "i" else refs[(r[1], r[2])] for r in outputs]

@@ -5,10 +5,13 @@ import hashlib
 from typing import Any, Optional
 
 from .graphs import DimSum
+from .heads import HeadText, split_domain, strip_heads
 
 SYMBOLS = "ABCDEFGHJKLMNOPQRTUVWXYZ"
-# sizes the bounded proof tries for a symbol, by the pool class it came from (the axiomatic proof is general)
-VERIFY_DIMS = {"N": [1, 2], "B": [1, 2], "K": [1, 3], "I": [1, 3], "H": [3, 4], "C": [1, 2, 3]}
+# sizes the bounded proof tries for a symbol, by the pool class it came from (the axiomatic proof is general); an
+# embedding is a multiple of the head counts heads.HEAD_COUNTS, and differs from the enumeration's sizes
+VERIFY_DIMS = {"N": [1, 2], "B": [1, 2], "K": [1, 3], "I": [1, 3], "H": [3, 4], "C": [1, 2, 3],
+               "L": [2, 3], "G": [2, 3], "D": [2, 3], "E": [4, 6]}
 
 
 def _value(v: Any) -> str:
@@ -23,14 +26,15 @@ def _value(v: Any) -> str:
     return repr(v)
 
 
-def _call(node, names: dict) -> str:
+def _call(node, names: dict, attrs: Optional[str] = None) -> str:
     args = [names[a] for a in node.args]
-    attrs = [f"{k}={_value(v)}" for k, v in node.attrs]
+    attrs = [attrs] if attrs is not None else [f"{k}={_value(v)}" for k, v in node.attrs]
     return f"{node.op}({', '.join(args + attrs)})"
 
 
-def _side(nodes: tuple, prefix: str, fixed: dict) -> tuple[list, dict]:
-    """Lines `name: op(...)` of one side; `fixed` names some node outputs (the source's outputs, in a target)."""
+def _side(nodes: tuple, prefix: str, fixed: dict, attr_text=None) -> tuple[list, dict]:
+    """Lines `name: op(...)` of one side; `fixed` names some node outputs (the source's outputs, in a target);
+    `attr_text(j, node, first argument's name)` may give a node's attributes as text (a reshape's shape)."""
     names: dict = {}
     lines = []
     for j, n in enumerate(nodes):
@@ -42,7 +46,8 @@ def _side(nodes: tuple, prefix: str, fixed: dict) -> tuple[list, dict]:
         for a in n.args:
             if a[0] == "i":
                 names[a] = a[1]
-        lines.append(f"{', '.join(outs)}: {_call(n, names)}")
+        text = attr_text(j, n, names[n.args[0]]) if attr_text is not None and n.args else None
+        lines.append(f"{', '.join(outs)}: {_call(n, names, text)}")
     return lines, names
 
 
@@ -109,10 +114,12 @@ def rule_entry(c, groups: list, pool: dict, classes: dict, implied: Optional[lis
     ren = _first_use(c)
     c = _renamed(c, ren)
     pool = {ren[v]: pool[v] for v in ren}
-    groups = sorted(sorted((ren[v], a) for v, a in g) for g in groups)
-    implied = sorted(sorted((ren[v], a) for v, a in g) for g in (implied or []))
+    groups = sorted(sorted((ren.get(v, v), a) for v, a in g) for g in groups)
+    implied = sorted(sorted((ren.get(v, v), a) for v, a in g) for g in (implied or []))
     classes = {(ren[v], a): k for (v, a), k in classes.items() if v in ren}
-    src_lines, src_names = _side(c.src, "t", {})
+    heads = HeadText.of(groups, classes)  # the head count's position leaves the groups: it is no input dimension
+    groups, implied = strip_heads(groups), strip_heads(implied)
+    src_lines, src_names = _side(c.src, "t", {}, heads.source_attr)
     out_names = [src_names[r] for r in c.src_outputs]
     fixed = {}
     aliases = []
@@ -121,7 +128,7 @@ def rule_entry(c, groups: list, pool: dict, classes: dict, implied: Optional[lis
             aliases.append((name, r))
         else:
             fixed[r] = name
-    dst_lines, dst_names = _side(c.dst, "u", fixed)
+    dst_lines, dst_names = _side(c.dst, "u", fixed, heads.target_attr)
     for name, r in aliases:
         dst_lines.append(f"{name}: {r[1] if r[0] == 'i' else dst_names[r]}")
     sym = {}
@@ -133,13 +140,14 @@ def rule_entry(c, groups: list, pool: dict, classes: dict, implied: Optional[lis
         k = classes[g[0]]
         if k in VERIFY_DIMS:
             dims[s] = VERIFY_DIMS[k]
-    where = _constraints(groups, implied, {v: len(pool[v].shape) for v in c.inputs})
+    where = _constraints(groups, implied, {v: len(pool[v].shape) for v in c.inputs}) + heads.where
     shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in sorted(c.inputs)}
-    body = "\n".join(src_lines + ["->"] + dst_lines + where + [repr(shapes)])
+    attrs = {var: split_domain(c.src, j, shapes, dims) for var, j in sorted(heads.free.items())}
+    body = "\n".join(src_lines + ["->"] + dst_lines + where + [repr(shapes), repr(attrs)])
     digest = hashlib.sha256(body.encode()).hexdigest()[:10]
     ops = "_".join(sorted({n.op for n in c.src}))
     return {"name": f"gen_{ops}_{digest}", "source": src_lines, "target": dst_lines, "outputs": out_names,
-            "where": where, "shapes": shapes, "dims": dims, "digest": digest}
+            "where": where, "shapes": shapes, "dims": dims, "attrs": attrs, "digest": digest}
 
 
 def _q(s: str) -> str:
@@ -161,4 +169,6 @@ def entry_yaml(e: dict, doc: str) -> str:
     out.append(f"    shapes: {{{shp}}}")
     if e["dims"]:
         out.append("    dims: {" + ", ".join(f"{k}: {v}" for k, v in sorted(e["dims"].items())) + "}")
+    if e.get("attrs"):
+        out.append("    attrs: {" + ", ".join(f"{k}: {v}" for k, v in sorted(e["attrs"].items())) + "}")
     return "\n".join(out) + "\n"

@@ -16,7 +16,8 @@ import numpy as np
 
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType, normalize_axis
-from .graphs import DimSum, GNode, apply_node, connected, fingerprint, graph_inputs, graph_outputs
+from .graphs import (DimSum, GNode, ShapeForm, apply_node, connected, fingerprint, graph_inputs, graph_outputs,
+                     resolve)
 from ..op_facets import (GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PARTITION, GEN_SAME_SHAPE,
                          commutative)
 from .pool import CLASS_SIZES, InputVar, dim_class
@@ -71,6 +72,10 @@ def _word_values(word: str, op: str, types: list) -> list:
         return [types[0].shape[1] // types[1].shape[1]]
     if word == "swap_last":
         return [tuple(range(nd - 2)) + (nd - 1, nd - 2)] if nd >= 2 else []
+    if word == "swap_last_or_heads":  # and heads <-> sequence of a 4-D [B, G, L, D]
+        return _word_values("swap_last", op, types) + ([(0, 2, 1, 3)] if nd == 4 else [])
+    if word == "head_forms":
+        return [ShapeForm(f) for f in {3: ("split_heads", "flatten"), 4: ("merge_heads", "flatten")}.get(nd, ())]
     raise ValueError(f"{op}: unknown attribute word {word!r} in its {GEN_ATTRS} facet")
 
 
@@ -241,9 +246,11 @@ class Enumerator:
                 seen = set()
                 for attrs in attr_variants(op, types, self.attrs):
                     try:  # the registry's normal form (SAME/VALID become pads at these shapes)
-                        norm = tuple(sorted(OPS[op].make_attrs(dict(attrs), types).items()))
+                        norm = tuple(sorted(OPS[op].make_attrs(resolve(attrs, st.shapes, types), types).items()))
                     except (GraphError, ValueError, TypeError, IndexError):
                         continue
+                    if any(isinstance(v, ShapeForm) for _k, v in attrs):  # kept as a form of the argument's shape
+                        norm = attrs
                     if norm not in seen:
                         seen.add(norm)
                         yield GNode(op, norm, args)

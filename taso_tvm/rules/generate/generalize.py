@@ -4,7 +4,9 @@ every input dimension its own symbol where the rule still holds, and keep the eq
 The input dimensions start in the pool's classes (all 2-D dimensions are one class S, ...). Within a class, the
 dimensions that must stay equal are found by trying them at other sizes: the smallest set containing a dimension
 that can take a new size, with both sides still building, with equal output shapes and with equal values on fresh
-random inputs, is that dimension's group. The result is only a proposal: the verifier proves or refutes the rule.
+random inputs, is that dimension's group. A candidate that splits heads has one more position, the head count
+(`pool.HEADS`, class G): grouped with the heads axes it must equal, or alone when it is free. The result is only a
+proposal: the verifier proves or refutes the rule.
 """
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ import numpy as np
 
 from ...graph.types import GraphError
 from .enumerate import random_values
-from .graphs import DimSum, GNode, evaluate
+from .graphs import DimSum, GNode, ShapeForm, evaluate
 from .pairs import Candidate
-from .pool import CLASS_SIZES, InputVar, dim_class
+from .pool import CLASS_SIZES, HEADS, InputVar, dim_class
 
 MAX_CLASS_POSITIONS = 12  # a larger class keeps its dimensions together
 MAX_GROUP = 4  # a dimension's group is sought among sets of at most this many (else the rest stay together)
@@ -48,18 +50,38 @@ def builds(c: Candidate, shapes: dict) -> bool:
         return False
 
 
+def splits_heads(c: Candidate) -> bool:
+    """Whether a side of the candidate splits heads (its head count is then a position of its own)."""
+    return any(n.op == "reshape" and ShapeForm("split_heads") in dict(n.attrs).values() for n in c.src + c.dst)
+
+
+def _trial_size(k: str, base: int, fresh: int, size: dict, cls: dict) -> int:
+    """A new size for a group of class `k`: a head count one that divides the embeddings as they are now, any other
+    class the next size not used yet. (An embedding that a split reads then no longer divides into the pool's head
+    count: the embeddings a rule splits stay one group, as the target may split them all by the source's count.)"""
+    if k == "G":
+        embeddings = [size[p] for p in size if cls[p] == "E"]
+        fits = [d for d in (5, 8, 10, 2) if d != base and all(e % d == 0 for e in embeddings)]
+        if fits:
+            return fits[min(fresh, len(fits) - 1)]
+    return base + 2 + fresh
+
+
 def _partition(c: Candidate, pool: dict, ok) -> list:
     """The finest grouping of input dimensions (within the pool's classes) under which `ok(shapes)` still holds
     when a group takes a size of its own."""
-    positions = [(v, a) for v in c.inputs for a in range(len(pool[v].shape))]
-    cls = {p: dim_class(pool[p[0]], p[1]) for p in positions}
+    pseudo = [HEADS] if splits_heads(c) else []  # the head count, a dimension of its own
+    rank = {v: len(pool[v].shape) for v in c.inputs}
+    rank.update({v: 1 for v in pseudo})
+    positions = [(v, a) for v in list(c.inputs) + pseudo for a in range(rank[v])]
+    cls = {p: "G" if p[0] == HEADS else dim_class(pool[p[0]], p[1]) for p in positions}
     base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
     size = dict(base)
     groups: list = []
     fresh = 0
 
     def shapes_of(sz: dict) -> dict:
-        return {v: tuple(sz[(v, a)] for a in range(len(pool[v].shape))) for v in c.inputs}
+        return {v: tuple(sz[(v, a)] for a in range(rank[v])) for v in rank}
 
     for k in sorted(set(cls.values())):
         remaining = [p for p in positions if cls[p] == k]
@@ -68,7 +90,7 @@ def _partition(c: Candidate, pool: dict, ok) -> list:
             rest = remaining[1:]
             found: Optional[list] = None
             if len(remaining) <= MAX_CLASS_POSITIONS:
-                new = base[p0] + 2 + fresh
+                new = _trial_size(k, base[p0], fresh, size, cls)
                 for r in range(0, min(len(rest), MAX_GROUP)):
                     for extra in itertools.combinations(rest, r):
                         trial = dict(size)
@@ -84,7 +106,7 @@ def _partition(c: Candidate, pool: dict, ok) -> list:
             else:
                 fresh += 1
                 for p in found:
-                    size[p] = base[p0] + 1 + fresh
+                    size[p] = new
             groups.append(found)
             remaining = [p for p in remaining if p not in found]
     return groups

@@ -3,8 +3,8 @@ fingerprints, and name-independent expression strings.
 
 A graph is a tuple of `GNode` in a canonical topological order. An argument is a `Ref`: ``("i", name)`` for an
 input variable or ``("n", node, output)`` for a node's output. An attribute value may be a tuple of `DimSum`
-(split sizes): sums of input dimensions, resolved against the input shapes at each evaluation so that the same
-graph evaluates at any shapes the generalizer tries.
+(split sizes): sums of input dimensions, or a `ShapeForm` (a reshape's target as a form of its argument's shape),
+resolved at each evaluation so that the same graph evaluates at any shapes the generalizer tries.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType
 from ..op_facets import GEN_OUTPUTS
+from .pool import CLASS_SIZES, HEADS
 
 Ref = tuple
 MAX_ELEMENTS = 4096  # a tensor larger than this is not enumerated (keeps evaluation cheap)
@@ -35,6 +36,28 @@ class DimSum(tuple):
 
     def __repr__(self) -> str:
         return f"DimSum{tuple(self)!r}"
+
+
+@dataclass(frozen=True)
+class ShapeForm:
+    """A reshape's target shape as a form of its argument's shape: ``split_heads`` [B, L, E] -> [B, L, G, E / G]
+    (G: the head count), ``merge_heads`` [B, X, G, D] -> [B, X, G * D], ``flatten`` [B, ...] -> [B, prod(...)]."""
+
+    form: str
+
+    def shape(self, shape: tuple, heads: int) -> tuple:
+        if self.form == "split_heads" and len(shape) == 3 and heads > 0 and shape[2] % heads == 0:
+            return (shape[0], shape[1], heads, shape[2] // heads)
+        if self.form == "merge_heads" and len(shape) == 4:
+            return (shape[0], shape[1], shape[2] * shape[3])
+        if self.form == "flatten" and len(shape) >= 3:
+            return (shape[0], int(np.prod(shape[1:])))
+        raise GraphError(f"reshape form {self.form} does not apply to shape {shape} ({heads} heads)")
+
+
+def heads_count(shapes: dict) -> int:
+    """The head count of `split_heads` at these input shapes (the pseudo input `HEADS`, else its class size)."""
+    return shapes[HEADS][0] if HEADS in shapes else CLASS_SIZES["G"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,12 +81,17 @@ class GNode:
         return repr((self.op, self.attrs, self.args))
 
 
-def resolve(attrs: tuple, shapes: dict) -> dict:
-    """Attributes with their `DimSum` values replaced by sizes at the given input shapes."""
+def resolve(attrs: tuple, shapes: dict, in_types: Optional[list] = None) -> dict:
+    """Attributes with their `DimSum` values replaced by sizes at the given input shapes, and their `ShapeForm`
+    values by the shapes they give for the argument types `in_types`."""
     out = {}
     for k, v in attrs:
         if isinstance(v, tuple) and v and all(isinstance(x, DimSum) for x in v):
             v = tuple(x.value(shapes) for x in v)
+        elif isinstance(v, ShapeForm):
+            if not in_types:
+                raise GraphError(f"reshape form {v.form} needs its argument's type")
+            v = v.shape(tuple(in_types[0].shape), heads_count(shapes))
         out[k] = v
     return out
 
@@ -71,7 +99,7 @@ def resolve(attrs: tuple, shapes: dict) -> dict:
 def apply_node(node: GNode, in_types: list, in_values: list, shapes: dict) -> tuple[list, list]:
     """(output types, output values) of one node; raises GraphError (or ValueError) if it does not apply."""
     opdef = OPS[node.op]
-    attrs = opdef.make_attrs(resolve(node.attrs, shapes), in_types)
+    attrs = opdef.make_attrs(resolve(node.attrs, shapes, in_types), in_types)
     out_types = opdef.infer(in_types, attrs)
     for t in out_types:
         if any(not isinstance(d, int) or d < 1 for d in t.shape) or int(np.prod(t.shape)) > MAX_ELEMENTS:

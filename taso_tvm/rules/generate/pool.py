@@ -4,6 +4,11 @@ Every dimension of an input kind is a *dimension class* (a letter) or a literal 
 has one size (`CLASS_SIZES`), distinct between classes, so that only shapes the pool means to match do match; the
 generalizer later gives each class occurrence its own size where the rule allows it. All 2-D tensors share one
 square shape, as in TASO's generator, so that activations and weights combine freely (x @ w, w1 @ w2).
+
+The *heads* family is a transformer's attention: a sequence activation [B, L, E] whose embedding E is heads times
+head size (E = G * D at the class sizes), and per-head tensors [B, G, L, D]. A reshape splits E into G heads of D
+(the head count `HEADS` is a pseudo input dimension the generalizer varies like the others), merges the last two
+axes back, or flattens all but the batch; the sizes keep B, L, G, D and E distinct, so only the intended shapes meet.
 """
 from __future__ import annotations
 
@@ -23,8 +28,13 @@ KINDS: dict[str, tuple[str, tuple, str]] = {
     "conv3x1": ("v", ("C", "C", "K", "I"), "4d"),
     "dwconv": ("d", ("C", "I", "K", "K"), "4d"),
     "chan": ("c", ("C",), "4d"),
+    "seq": ("e", ("B", "L", "E"), "heads"),
+    "heads": ("q", ("B", "G", "L", "D"), "heads"),
 }
-CLASS_SIZES = {"S": 3, "B": 2, "N": 2, "C": 4, "H": 5, "K": 3, "I": 1}
+CLASS_SIZES = {"S": 3, "B": 2, "N": 2, "C": 4, "H": 5, "K": 3, "I": 1, "L": 3, "G": 4, "D": 10, "E": 40}
+# the head count of a split-heads reshape: a pseudo input (one dimension of class G) in the shapes the generalizer
+# tries; absent, the reshape splits into CLASS_SIZES["G"] heads
+HEADS = "#heads"
 # sizes the generalizer gives to split-off classes (distinct from each other and from CLASS_SIZES where it can)
 FRESH_SIZES = (6, 7, 8, 9, 10, 11, 12, 13)
 
