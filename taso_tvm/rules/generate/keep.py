@@ -32,6 +32,7 @@ from .pool import dim_class
 log = logging.getLogger(__name__)
 
 CLASS_SHARE = {0: 2.0, 1: 1.0, 2: 2.0}  # how a time budget is shared between the cost classes
+FORWARD_SHARE = 0.8  # of a class's time, what its forward candidates may use (the rest: the kept rules' reverses)
 LOOKAHEAD = 64  # candidates started (tested, sent) ahead of the first one not yet settled
 HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
 # a candidate's solver calls stop after this many seconds (a rule's own default is 10 s): the proofs of kept
@@ -137,7 +138,7 @@ def _verdict(rule, use_cache: bool) -> object:
         _AXIOMS.clear()
         _AXIOMS[key] = (verify_axioms(jobs=1, use_cache=use_cache, cache=cache)[0], cache)
     axioms, cache = _AXIOMS[key]
-    return verify_rules([rule], jobs=1, use_cache=use_cache, axioms=axioms, cache=cache)[0]
+    return verify_rules([rule], jobs=1, use_cache=use_cache, axioms=axioms, cache=cache, axiomatic_first=True)[0]
 
 
 def generalize_and_verify(cand: Candidate, pool: dict, use_cache: bool, entry: Optional[dict] = None,
@@ -337,10 +338,15 @@ class Keeper:
         digests: set = set()
         classes = sorted({cost_class(it.cand, self.pool) for it in self.items})
         for k, cls in enumerate(classes):
-            if self.deadline is not None:  # each cost class gets its share of the time left
+            class_end = None
+            if self.deadline is not None:  # each cost class gets its share of the time left, its forward
+                # candidates a part of it: the reverses of the rules kept are few, cheap and mostly verified
                 share = CLASS_SHARE[cls] / sum(CLASS_SHARE[c] for c in classes[k:])
-                self.class_deadline = time.monotonic() + max(0.0, self.deadline - time.monotonic()) * share
+                now = time.monotonic()
+                class_end = now + max(0.0, self.deadline - now) * share
+                self.class_deadline = now + (class_end - now) * FORWARD_SHARE
             self._phase([it for it in self.items if cost_class(it.cand, self.pool) == cls], "verifying", test=True)
+            self.class_deadline = class_end
             digests |= {it.used["digest"] for it in self.items if it.status == "verified"}
             rev = [it for it in self.reverses if it.entry["digest"] not in digests]
             self.counts["reverse_same_as_kept"] = self.counts.get("reverse_same_as_kept", 0) + \
