@@ -1,7 +1,8 @@
 """Verify candidates cheapest and smallest first, dropping those the rules kept so far imply.
 
 Candidates are ordered by cost class (2-D inputs, then 4-D activations, then convolution kernels: the verifier's
-conv proofs take seconds to a minute each), then by size (operators on both sides). Before a candidate is
+conv proofs take seconds to a minute each), then by size (operators on both sides), then by distinct inputs (most
+first: the general form before its instances). Before a candidate is
 generalized and verified (in a worker), it is tested against the kept rules (`derive.Deriver`) and dropped when they
 rewrite its source and target into one graph. Each verified rule joins the kept rules, in both directions where
 its sides read the same inputs. After the forward candidates of a cost class, the reverse of each kept rule (where
@@ -79,8 +80,10 @@ def cost_class(c: Candidate, pool: dict) -> int:
 
 
 def order_key(item: Item, pool: dict) -> tuple:
+    """Cost class, size, then more distinct inputs first: a candidate that reads one input twice (concat(a, a))
+    is most often an instance of one with distinct inputs, which, kept first, implies it (no verification)."""
     c = item.cand
-    return cost_class(c, pool), len(c.src) + len(c.dst), -len(c.src)
+    return cost_class(c, pool), len(c.src) + len(c.dst), -len(set(c.inputs)), -len(c.src)
 
 
 def reversed_candidate(c: Candidate) -> Optional[Candidate]:
