@@ -1,11 +1,13 @@
 """Benchmark the rule generator against TASO's shipped rule file.
 
-    python benchmarks/bench_generate.py --max-ops 3 [--jobs 2] [--taso PATH] [--rules GENERATED.yaml]
+    python benchmarks/bench_generate.py --max-ops 3 [--jobs 2] [--taso PATH] [--rules GENERATED.yaml] [--explain]
 
 Runs `generate_rules` (or reads a generated file), then classifies each of TASO's substitutions (the decoded
 text of its `graph_subst.pb`, e.g. ../shared/reference/taso_graph_subst.txt, read at run time and never copied):
 *found* (one generated rule rewrites its source into its target), *subsumed* (a chain of generated rules does; the
 chain is printed), *wrong* (source and target differ numerically: the counterexample is printed) or *missing*.
+With --explain, each missing rule's cause: unproven, implied with unproven rules, not reached within the time
+budget ("unverified"), or never a candidate (with the pool's reason where known).
 """
 from __future__ import annotations
 
@@ -267,7 +269,8 @@ def main() -> int:
     ap.add_argument("--kinds", default=None, help="comma-separated input kinds (default: the generator's)")
     ap.add_argument("--explain", action="store_true", help="say why each missing TASO rule is missing (unproven, "
                                                             "implied with unproven rules, not reached, never a "
-                                                            "candidate); needs a generation run, not --rules")
+                                                            "candidate); needs a generation run, not --rules; "
+                                                            "slow: generalizes the candidates left (minutes)")
     args = ap.parse_args()
     from taso_tvm.rules import read_rule_files
     from taso_tvm.rules.generate import generate_rules
