@@ -1,11 +1,13 @@
 """Benchmark the rule generator against TASO's shipped rule file.
 
-    python benchmarks/bench_generate.py --max-ops 3 [--jobs 2] [--taso PATH] [--rules GENERATED.yaml]
+    python benchmarks/bench_generate.py --max-ops 3 [--jobs 2] [--taso PATH] [--rules GENERATED.yaml] [--explain]
 
 Runs `generate_rules` (or reads a generated file), then classifies each of TASO's substitutions (the decoded
 text of its `graph_subst.pb`, e.g. ../shared/reference/taso_graph_subst.txt, read at run time and never copied):
 *found* (one generated rule rewrites its source into its target), *subsumed* (a chain of generated rules does; the
 chain is printed), *wrong* (source and target differ numerically: the counterexample is printed) or *missing*.
+With --explain, each missing rule's cause: unproven, implied with unproven rules, not reached within the time
+budget ("unverified"), or never a candidate (with the pool's reason where known).
 """
 from __future__ import annotations
 
@@ -160,6 +162,67 @@ def classify(rules, taso: list, max_steps: int) -> list:
     return rows
 
 
+TASO_OPS = {"MATMUL": "matmul", "CONV2D": "conv2d", "EW_ADD": "add", "EW_MUL": "mul", "RELU": "relu",
+            "CONCAT": "concat", "SPLIT": "split"}
+
+
+def _outside_pool(rule: tuple) -> str:
+    """Why the generator's pool cannot enumerate a TASO rule, or '' (TASO convolves a tensor with itself, and
+    its input -19 is a grouped kernel; our pool keeps activations and kernels apart)."""
+    _num, src, dst, _maps = rule
+    for _name, args, _p in src + dst:
+        if any(i == -19 for i, _j in args):
+            return "outside the pool (a grouped kernel input, TASO's -19)"
+    for name, args, _p in src + dst:
+        if name == "CONV2D" and args[0] == args[1]:
+            return "outside the pool (a tensor convolved with itself)"
+    return ""
+
+
+def explain_missing(res, rules: list, taso: list, rows: list, max_steps: int) -> dict:
+    """Why each missing TASO rule is missing: the first verdict whose candidates, added to the generated rules,
+    make it found or subsumed ("unproven", "implied_by_unproven": skipped as implied with unproven rules,
+    "unverified": not reached within the time budget), else never a candidate (with the pool's reason where
+    known). Only candidates over the operators of some missing rule are generalized (conv candidates take ~0.1 s
+    each)."""
+    from taso_tvm.rules.generate.emit import entry_yaml
+    from taso_tvm.rules.generate.keep import Item, prepare
+    from taso_tvm.rules.generate.pool import build_pool
+    from taso_tvm.rules.language import RuleError, parse_rules
+
+    missing = {n for n, s, _d in rows if s == "missing"}
+    mt = [r for r in taso if r[0] in missing]
+    opsets = {frozenset(TASO_OPS[o] for o, _a, _p in r[1] + r[2]) for r in mt}
+    base = {v.name: v for v in build_pool(set(res.settings.kinds), res.settings.per_kind)}
+    by_status: dict = {}
+    for c, e, status in res.candidates:
+        ops = frozenset(n.op for n in c.src + c.dst)
+        if status in ("unproven", "implied_by_unproven", "unverified") and ops in opsets:
+            by_status.setdefault(status, []).append((c, e))
+    out: dict = {}
+    extra: list = []
+    for status in ("unproven", "implied_by_unproven", "unverified"):
+        for c, e in by_status.get(status, []):
+            if e is None:
+                it = Item(c)
+                try:
+                    prepare(it, dict(base))
+                except Exception:  # noqa: BLE001  (a candidate that does not generalize: not an explanation)
+                    continue
+                e = it.entry
+            try:
+                extra += parse_rules(entry_yaml(e, status), "<candidate>")
+            except RuleError:
+                continue
+        left = [r for r in mt if r[0] not in out]
+        for num, st, detail in classify(list(rules) + extra, left, max_steps):
+            if st in ("found", "subsumed"):
+                out[num] = (status, detail)
+    for r in mt:
+        out.setdefault(r[0], ("never_candidate", _outside_pool(r)))
+    return out
+
+
 def bench_search(generated: list, models: list) -> None:
     """The search on zoo models with the shipped library alone and with the generated rules added (analytic cost)."""
     from taso_tvm import load_onnx, zoo
@@ -204,6 +267,10 @@ def main() -> int:
     ap.add_argument("--time-budget", type=float, default=None, help="seconds for the whole generation (the rest "
                                                                      "is reported unverified)")
     ap.add_argument("--kinds", default=None, help="comma-separated input kinds (default: the generator's)")
+    ap.add_argument("--explain", action="store_true", help="say why each missing TASO rule is missing (unproven, "
+                                                            "implied with unproven rules, not reached, never a "
+                                                            "candidate); needs a generation run, not --rules; "
+                                                            "slow: generalizes the candidates left (minutes)")
     args = ap.parse_args()
     from taso_tvm.rules import read_rule_files
     from taso_tvm.rules.generate import generate_rules
@@ -236,6 +303,15 @@ def main() -> int:
     tally = Counter(s for _n, s, _d in rows)
     print(f"\nTASO's {len(taso)} rules: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())) +
           f" ({time.perf_counter() - t0:.1f} s, {len(rules)} generated rules)")
+    if args.explain and args.rules is None and tally.get("missing"):
+        t0 = time.perf_counter()
+        why = explain_missing(res, rules, taso, rows, args.steps)
+        for num in sorted(why):
+            cause, detail = why[num]
+            print(f"missing TASO rule {num:3d}: {cause:20s} {detail}")
+        print("missing by cause: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(c for c, _d in
+                                                                                  why.values()).items())) +
+              f" ({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

@@ -50,7 +50,7 @@ from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-4"  # bump when a change can alter a verdict
+VERIFIER_VERSION = "taso-tvm-verify-6"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
@@ -599,15 +599,35 @@ def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
     return status, detail
 
 
-def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False) -> VerifyResult:
+def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False,
+                axiomatic_first: bool = False) -> VerifyResult:
     """Verify one rule (an axiom gets the bounded proof only, with a target that must build).
 
     Verified: the bounded proof covers the rule's choices and proves every instance, and the axiomatic proof
-    succeeds, or does not apply (operators without axioms, or an opt-out with a reason: "bounded-only")."""
+    succeeds, or does not apply (operators without axioms, or an opt-out with a reason: "bounded-only").
+    `axiomatic_first` (the generator's many candidates): the axiomatic proof runs first, and where it fails, only
+    the off-plan sweep looks for a counterexample (refuted, else unproven) instead of the whole bounded proof; the
+    verdict "verified" still needs both proofs."""
     t0 = time.perf_counter()
-    methods = [bounded_check(rule, strict=is_axiom)]
-    if not is_axiom and methods[0].status == "proven":
-        methods.append(axiomatic_check(rule, axioms or []))
+    if axiomatic_first and not is_axiom:
+        ax = axiomatic_check(rule, axioms or [])
+        if ax.status == "unknown":
+            t1 = time.perf_counter()
+            refuted = _sweep(rule) if rule.tgt_outputs else None
+            dt = time.perf_counter() - t1
+            if refuted is not None:
+                b = MethodResult("bounded", "refuted", f"off-plan sweep: {refuted[1]}", dt, 1, refuted[2])
+                return VerifyResult(rule.name, "refuted", [b, ax], time.perf_counter() - t0)
+            b = MethodResult("bounded", "skipped", "not run: the axiomatic proof failed (the sweep found no "
+                             "counterexample)", dt)
+            return VerifyResult(rule.name, "unproven", [b, ax], time.perf_counter() - t0)
+        methods = [bounded_check(rule), ax]
+        if methods[0].status != "proven":
+            methods = methods[:1]
+    else:
+        methods = [bounded_check(rule, strict=is_axiom)]
+        if not is_axiom and methods[0].status == "proven":
+            methods.append(axiomatic_check(rule, axioms or []))
     b = methods[0].status
     proof = ""
     if b == "refuted":
@@ -687,25 +707,26 @@ def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
 _POOL_WORK: dict = {}
 
 
-def _pool_init(rules: list, axioms: list, is_axiom: bool) -> None:
-    _POOL_WORK["job"] = (rules, axioms, is_axiom)
+def _pool_init(rules: list, axioms: list, is_axiom: bool, axiomatic_first: bool = False) -> None:
+    _POOL_WORK["job"] = (rules, axioms, is_axiom, axiomatic_first)
     logging.getLogger("taso_tvm").setLevel(logging.WARNING)
 
 
 def _work(i: int) -> tuple:
-    rules, axioms, is_axiom = _POOL_WORK["job"]
-    return i, verify_rule(rules[i], axioms, is_axiom)
+    rules, axioms, is_axiom, first = _POOL_WORK["job"]
+    return i, verify_rule(rules[i], axioms, is_axiom, first)
 
 
-def _run(rules: list, axioms: list, is_axiom: bool, jobs: int) -> list:
+def _run(rules: list, axioms: list, is_axiom: bool, jobs: int, axiomatic_first: bool = False) -> list:
     """verify_rule for each rule, in `jobs` worker processes (forkserver; each keeps its own solver process)."""
     if jobs <= 1 or len(rules) <= 1 or multiprocessing.current_process().daemon:
-        return [verify_rule(r, axioms, is_axiom) for r in rules]
+        return [verify_rule(r, axioms, is_axiom, axiomatic_first) for r in rules]
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     out: list = [None] * len(rules)
     with _main_not_reimported(), ProcessPoolExecutor(min(jobs, len(rules)), mp_context=_context(),
-                                                     initializer=_pool_init, initargs=(rules, axioms, is_axiom)) as pool:
+                                                     initializer=_pool_init, initargs=(rules, axioms, is_axiom,
+                                                                                  axiomatic_first)) as pool:
         for fut in as_completed([pool.submit(_work, i) for i in range(len(rules))]):
             i, res = fut.result()
             out[i] = res
@@ -732,7 +753,7 @@ def verify_axioms(axioms: Optional[list] = None, jobs: Optional[int] = None, use
 
 
 def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int], use_cache: bool,
-                  cache: Optional[Cache]) -> list:
+                  cache: Optional[Cache], axiomatic_first: bool = False) -> list:
     cache = cache or (Cache() if use_cache else None)
     ah = axioms_digest(axioms)
     keys = [rule_key(r, ah, is_axiom) for r in rules]
@@ -747,7 +768,7 @@ def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int]
             todo.append(i)
     if todo:
         log.info("verifying %d %s(s)", len(todo), "axiom" if is_axiom else "rule")
-        fresh = _run([rules[i] for i in todo], axioms, is_axiom, jobs or default_jobs())
+        fresh = _run([rules[i] for i in todo], axioms, is_axiom, jobs or default_jobs(), axiomatic_first)
         store = {}
         for i, res in zip(todo, fresh):
             res.digest = keys[i]
@@ -760,9 +781,11 @@ def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int]
 
 
 def verify_rules(rules: list, jobs: Optional[int] = None, use_cache: bool = True,
-                 axioms: Optional[list] = None, cache: Optional[Cache] = None) -> list:
-    """Verify rules (cached by rule hash). Axioms default to the shipped ones, themselves verified first."""
+                 axioms: Optional[list] = None, cache: Optional[Cache] = None,
+                 axiomatic_first: bool = False) -> list:
+    """Verify rules (cached by rule hash). Axioms default to the shipped ones, themselves verified first.
+    `axiomatic_first`: see `verify_rule` (the same verdicts, sooner for rules the axioms do not prove)."""
     cache = cache or (Cache() if use_cache else None)
     if axioms is None:
         axioms, _ = verify_axioms(jobs=jobs, use_cache=use_cache, cache=cache)
-    return _verify_batch(rules, axioms, False, jobs, use_cache, cache)
+    return _verify_batch(rules, axioms, False, jobs, use_cache, cache, axiomatic_first)

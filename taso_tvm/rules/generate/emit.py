@@ -140,6 +140,11 @@ def rule_entry(c, groups: list, pool: dict, classes: dict, implied: Optional[lis
         k = classes[g[0]]
         if k in VERIFY_DIMS:
             dims[s] = VERIFY_DIMS[k]
+    for n in c.src:  # a grouped convolution builds only where its output channels are a multiple of its groups:
+        # the other sizes would leave pairs of the bounded proof's choices that no instance covers
+        g = dict(n.attrs).get("groups", 1)
+        if n.op == "conv2d" and isinstance(g, int) and g > 1 and n.args[1][0] == "i":
+            dims[sym[(n.args[1][1], 0)]] = [g, 2 * g]
     where = _constraints(groups, implied, {v: len(pool[v].shape) for v in c.inputs}) + heads.where
     shapes = {v: [sym[(v, a)] for a in range(len(pool[v].shape))] for v in sorted(c.inputs)}
     attrs = {var: split_domain(c.src, j, shapes, dims) for var, j in sorted(heads.free.items())}

@@ -119,8 +119,35 @@ def generalize(c: Candidate, pool: dict) -> list:
 
 
 def source_groups(c: Candidate, pool: dict) -> list:
-    """Groups of input dimensions that must be equal for the source to build (a match guarantees these)."""
-    return _partition(c, pool, lambda shapes: builds(c, shapes))
+    """Groups of input dimensions that must be equal for the source to build (a match guarantees these).
+
+    A group found by moving its dimensions together may only be tied by a sum (concat(concat(a, b, 1),
+    concat(c, d, 1), 0) builds when a1 + b1 == c1 + d1, not only when a1 == c1): such a group is split (`_tied`),
+    so that the rule states the equality its target needs."""
+    groups = _partition(c, pool, lambda shapes: builds(c, shapes))
+    return [h for g in groups for h in ([g] if _tied(c, pool, g) else [[p] for p in g])]
+
+
+def _tied(c: Candidate, pool: dict, group: list) -> bool:
+    """False when the source still builds with one of the group's dimensions one larger (or smaller) than the rest
+    of the group, another dimension of its class moved the other way."""
+    if len(group) < 2:
+        return True
+    positions = [(v, a) for v in c.inputs for a in range(len(pool[v].shape))]
+    cls = {p: dim_class(pool[p[0]], p[1]) for p in positions}
+    base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
+    for p in group:
+        for r in positions:
+            if r in group or cls[r] != cls[p]:
+                continue
+            for d in (1, -1):
+                size = dict(base)
+                size[p], size[r] = base[p] + d, base[r] - d
+                if min(size[p], size[r]) < 1:
+                    continue
+                if builds(c, {v: tuple(size[(v, a)] for a in range(len(pool[v].shape))) for v in c.inputs}):
+                    return False
+    return True
 
 
 def _rebuild(nodes: tuple, outputs: tuple, share: bool) -> tuple:

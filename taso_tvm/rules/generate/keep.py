@@ -1,7 +1,8 @@
 """Verify candidates cheapest and smallest first, dropping those the rules kept so far imply.
 
 Candidates are ordered by cost class (2-D inputs, then 4-D activations, then convolution kernels: the verifier's
-conv proofs take seconds to a minute each), then by size (operators on both sides). Before a candidate is
+conv proofs take seconds to a minute each), then by size (operators on both sides), then by distinct inputs (most
+first: the general form before its instances). Before a candidate is
 generalized and verified (in a worker), it is tested against the kept rules (`derive.Deriver`) and dropped when they
 rewrite its source and target into one graph. Each verified rule joins the kept rules, in both directions where
 its sides read the same inputs. After the forward candidates of a cost class, the reverse of each kept rule (where
@@ -32,8 +33,13 @@ from .pool import dim_class
 log = logging.getLogger(__name__)
 
 CLASS_SHARE = {0: 2.0, 1: 1.0, 2: 2.0}  # how a time budget is shared between the cost classes
+FORWARD_SHARE = 0.8  # of a class's time, what its forward candidates may use (the rest: the kept rules' reverses)
 LOOKAHEAD = 64  # candidates started (tested, sent) ahead of the first one not yet settled
 HEAVY_KINDS = ("conv3x3", "conv1x1", "conv1x3", "conv3x1", "dwconv")
+# a candidate's solver calls stop after this many seconds (a rule's own default is 10 s): the proofs of kept
+# candidates take well under a second each; a candidate the solver cannot decide this fast is left unproven (a
+# shorter limit can only turn "verified" into "unproven", never the reverse)
+SOLVER_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -74,8 +80,10 @@ def cost_class(c: Candidate, pool: dict) -> int:
 
 
 def order_key(item: Item, pool: dict) -> tuple:
+    """Cost class, size, then more distinct inputs first: a candidate that reads one input twice (concat(a, a))
+    is most often an instance of one with distinct inputs, which, kept first, implies it (no verification)."""
     c = item.cand
-    return cost_class(c, pool), len(c.src) + len(c.dst), -len(c.src)
+    return cost_class(c, pool), len(c.src) + len(c.dst), -len(set(c.inputs)), -len(c.src)
 
 
 def reversed_candidate(c: Candidate) -> Optional[Candidate]:
@@ -119,9 +127,21 @@ def prepare(item: Item, pool: dict) -> None:
     item.fallback = fb if fb["digest"] != item.entry["digest"] else None
 
 
+_AXIOMS: dict = {}  # (axiom file hash, cache path) -> (verified axioms, cache): once per worker process
+
+
 def _verdict(rule, use_cache: bool) -> object:
-    from ..verify import verify_rules
-    return verify_rules([rule], jobs=1, use_cache=use_cache)[0]
+    """The verifier's verdict on one rule. The shipped axioms are loaded and checked once per process (and again
+    only when their file changes), not once per candidate: that took a fifth of a 2-D candidate's time."""
+    from ..verify import Cache, axioms_file_hash, cache_path, verify_axioms, verify_rules
+
+    key = (axioms_file_hash(), str(cache_path()) if use_cache else None)
+    if key not in _AXIOMS:
+        cache = Cache() if use_cache else None
+        _AXIOMS.clear()
+        _AXIOMS[key] = (verify_axioms(jobs=1, use_cache=use_cache, cache=cache)[0], cache)
+    axioms, cache = _AXIOMS[key]
+    return verify_rules([rule], jobs=1, use_cache=use_cache, axioms=axioms, cache=cache, axiomatic_first=True)[0]
 
 
 def generalize_and_verify(cand: Candidate, pool: dict, use_cache: bool, entry: Optional[dict] = None,
@@ -142,6 +162,7 @@ def generalize_and_verify(cand: Candidate, pool: dict, use_cache: bool, entry: O
         rule = _compile(e)
         if rule is None:
             continue
+        rule.verify.timeout = min(rule.verify.timeout, SOLVER_TIMEOUT_S)
         res = _verdict(rule, use_cache)
         out["result"], out["used"] = res, e
         first = first or res
@@ -283,23 +304,23 @@ class Keeper:
             self.reverses.append(Item(rc, e, None, item.used_groups, [], rc, reverse_of=entry["name"]))
 
     def _phase(self, items: list, desc: str, test: bool) -> None:
-        """Start items in order while fewer than `jobs` are being verified (looking at most LOOKAHEAD ahead of the
-        first unsettled one), and settle them in order."""
+        """Start items in order while fewer than `jobs` verifications are running (looking at most LOOKAHEAD ahead
+        of the first unsettled one), and settle them in order. A finished verification behind a slow one frees its
+        worker at once: the next items start while the slow one runs (counting unsettled items instead of running
+        ones left a worker idle behind every slow candidate)."""
         with self.progress(len(items), desc) as bar:
-            nxt = done = busy = 0
+            nxt = done = 0
             while done < len(items):
-                while nxt < len(items) and busy < max(1, self.jobs) and nxt - done < LOOKAHEAD:
+                running = sum(1 for it in items[done:nxt] if it.future is not None and not it.future.done())
+                while nxt < len(items) and running < max(1, self.jobs) and nxt - done < LOOKAHEAD:
                     self._start(items[nxt], test)
-                    busy += items[nxt].future is not None
+                    running += items[nxt].future is not None and not items[nxt].future.done()
                     nxt += 1
                 moved = False
                 while done < nxt:
                     it = items[done]
-                    had = it.future is not None
                     if not self._commit(it, test):
-                        busy += (it.future is not None) - had  # a late start
                         break
-                    busy -= had
                     done += 1
                     moved = True
                     self.n_kept += it.status == "verified"
@@ -307,7 +328,8 @@ class Keeper:
                     bar.update(1, f"{self.n_kept} kept, {self.n_implied} implied")
                 if not moved and done < nxt:
                     t = time.perf_counter()
-                    pending = [it.future for it in items[done:nxt] if it.future is not None]
+                    pending = [it.future for it in items[done:nxt] if it.future is not None and
+                               not it.future.done()]
                     if pending:
                         wait(pending, return_when=FIRST_COMPLETED)
                     self.t_wait += time.perf_counter() - t
@@ -319,10 +341,15 @@ class Keeper:
         digests: set = set()
         classes = sorted({cost_class(it.cand, self.pool) for it in self.items})
         for k, cls in enumerate(classes):
-            if self.deadline is not None:  # each cost class gets its share of the time left
+            class_end = None
+            if self.deadline is not None:  # each cost class gets its share of the time left, its forward
+                # candidates a part of it: the reverses of the rules kept are few, cheap and mostly verified
                 share = CLASS_SHARE[cls] / sum(CLASS_SHARE[c] for c in classes[k:])
-                self.class_deadline = time.monotonic() + max(0.0, self.deadline - time.monotonic()) * share
+                now = time.monotonic()
+                class_end = now + max(0.0, self.deadline - now) * share
+                self.class_deadline = now + (class_end - now) * FORWARD_SHARE
             self._phase([it for it in self.items if cost_class(it.cand, self.pool) == cls], "verifying", test=True)
+            self.class_deadline = class_end
             digests |= {it.used["digest"] for it in self.items if it.status == "verified"}
             rev = [it for it in self.reverses if it.entry["digest"] not in digests]
             self.counts["reverse_same_as_kept"] = self.counts.get("reverse_same_as_kept", 0) + \
