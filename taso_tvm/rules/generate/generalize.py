@@ -67,21 +67,32 @@ def _trial_size(k: str, base: int, fresh: int, size: dict, cls: dict) -> int:
     return base + 2 + fresh
 
 
-def _partition(c: Candidate, pool: dict, ok) -> list:
-    """The finest grouping of input dimensions (within the pool's classes) under which `ok(shapes)` still holds
-    when a group takes a size of its own."""
-    pseudo = [HEADS] if splits_heads(c) else []  # the head count, a dimension of its own
+def _positions(c: Candidate, pool: dict) -> tuple:
+    """(rank per input, the input dimensions, their classes, their pool sizes); a candidate that splits heads has
+    the head count as one more position (the pseudo input `HEADS`, class G)."""
+    pseudo = [HEADS] if splits_heads(c) else []
     rank = {v: len(pool[v].shape) for v in c.inputs}
     rank.update({v: 1 for v in pseudo})
     positions = [(v, a) for v in list(c.inputs) + pseudo for a in range(rank[v])]
     cls = {p: "G" if p[0] == HEADS else dim_class(pool[p[0]], p[1]) for p in positions}
     base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
+    return rank, positions, cls, base
+
+
+def _shapes(rank: dict, size: dict) -> dict:
+    return {v: tuple(size[(v, a)] for a in range(rank[v])) for v in rank}
+
+
+def _partition(c: Candidate, pool: dict, ok) -> list:
+    """The finest grouping of input dimensions (within the pool's classes) under which `ok(shapes)` still holds
+    when a group takes a size of its own."""
+    rank, positions, cls, base = _positions(c, pool)
     size = dict(base)
     groups: list = []
     fresh = 0
 
     def shapes_of(sz: dict) -> dict:
-        return {v: tuple(sz[(v, a)] for a in range(rank[v])) for v in rank}
+        return _shapes(rank, sz)
 
     for k in sorted(set(cls.values())):
         remaining = [p for p in positions if cls[p] == k]
@@ -133,9 +144,7 @@ def _tied(c: Candidate, pool: dict, group: list) -> bool:
     of the group, another dimension of its class moved the other way."""
     if len(group) < 2:
         return True
-    positions = [(v, a) for v in c.inputs for a in range(len(pool[v].shape))]
-    cls = {p: dim_class(pool[p[0]], p[1]) for p in positions}
-    base = {p: CLASS_SIZES.get(cls[p], int(cls[p]) if cls[p].isdigit() else 1) for p in positions}
+    rank, positions, cls, base = _positions(c, pool)
     for p in group:
         for r in positions:
             if r in group or cls[r] != cls[p]:
@@ -145,7 +154,7 @@ def _tied(c: Candidate, pool: dict, group: list) -> bool:
                 size[p], size[r] = base[p] + d, base[r] - d
                 if min(size[p], size[r]) < 1:
                     continue
-                if builds(c, {v: tuple(size[(v, a)] for a in range(len(pool[v].shape))) for v in c.inputs}):
+                if builds(c, _shapes(rank, size)):
                     return False
     return True
 
