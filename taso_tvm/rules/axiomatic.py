@@ -320,10 +320,6 @@ def helper_facts(enc: Encoder) -> list:
     if not used:
         return []
     facts = []
-    if "len" in used:
-        for code, v in list(enc.code_values.items()):
-            if isinstance(v, tuple):
-                facts.append(enc.fn("len", 1)(z3.IntVal(code)) == len(v))
     by_rank: dict[int, list] = {}
     for v in list(enc.code_values.values()):
         perm = _perm(v)
@@ -347,6 +343,10 @@ def helper_facts(enc: Encoder) -> list:
             if "compose" in used:
                 facts += [enc.fn("compose", 2)(enc.value(a), enc.value(b)) == enc.value(_helper("compose", a, b))
                           for b in perms]
+    if "len" in used:  # last: of every list constant, those the equations above introduced too
+        for code, v in list(enc.code_values.items()):
+            if isinstance(v, tuple):
+                facts.append(enc.fn("len", 1)(z3.IntVal(code)) == _helper("len", v))
     return facts
 
 
