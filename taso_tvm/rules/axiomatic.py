@@ -4,9 +4,12 @@ Every tensor is a term of the uninterpreted sort `Tensor`; operator `op` with n 
 function `op/n/k : Int^attrs × Tensor^n → Tensor` (attributes in the registry's order). Attribute values are Ints:
 integers as themselves, anything else (tuples, strings, floats) as distinct interned codes; lists built from
 expressions use uninterpreted list constructors; `dim`, `ndim`, `shape`, `numel`, `weight`, integer division and the
-permutation helpers are uninterpreted. Axioms are rules of the same language (see `library/axioms.yaml`): a rule entry
-becomes ∀ vars. where ⇒ source_output = target_output, a `facts` entry becomes ∀ vars. where ⇒ facts. A rule is
-proven when its where-clauses, the axioms and `some source output ≠ target output` are unsatisfiable.
+list helpers are uninterpreted. The list helpers (`len`, `range`, `compose`, `inverse`) get their values on the
+constants of the encoding as ground equations (`helper_facts`, computed by the expression evaluator), and a source
+transpose with a constant permutation gives the ranks of its input and output (`source_rank_facts`).
+Axioms are rules of the same language (see `library/axioms.yaml`): a rule entry becomes ∀ vars. where ⇒
+source_output = target_output, a `facts` entry becomes ∀ vars. where ⇒ facts. A rule is proven when its
+where-clauses, the axioms and `some source output ≠ target output` are unsatisfiable.
 Like TASO, axioms state equalities of well-typed terms; each axiom is itself checked by the bounded method.
 """
 from __future__ import annotations
@@ -325,9 +328,10 @@ def helper_facts(enc: Encoder) -> list:
         perm = _perm(v)
         if perm is not None and perm not in by_rank.setdefault(len(perm), []):
             by_rank[len(perm)].append(perm)
-    for n, perms in sorted(by_rank.items()):
-        if "range" in used:
+    if "range" in used:  # at the lengths of the permutation constants (the only codes a range can equal)
+        for n in sorted(by_rank):
             facts.append(enc.fn("range", 1)(z3.IntVal(n)) == enc.value(_helper("range", n)))
+    for n, perms in sorted(by_rank.items()):
         if "compose" not in used and "inverse" not in used:
             continue
         i = 0
