@@ -163,3 +163,18 @@ def test_identity_constant_at_the_rank_the_where_clause_gives(axioms):
     src, tgt = "    y: relu(a)", "    y: relu(transpose(a, perm=[0, 1, 2]))"
     assert axiomatic_check(_rule(src, tgt, "[ndim(a) == 3]", rank=3), axioms).status == "proven"
     assert axiomatic_check(_rule(src, tgt, "[ndim(a) == 4]", rank=4), axioms).status == "unknown"
+
+
+def test_every_3d_pair_is_proven_exactly_when_true(axioms):
+    """All 36 pairs of 3-D permutations: the cancellation is proven iff they compose to the identity (by the
+    evaluator), relu commuting iff the target's permutation is the source's."""
+    perms = [list(p) for p in itertools.permutations(range(3))]
+    wrong = []
+    for p1, p2 in itertools.product(perms, perms):
+        ident = E.evaluate(E.parse(f"compose({p1}, {p2})"), E.Env()) == (0, 1, 2)
+        if (axiomatic_check(_cancel(str(p1), str(p2)), axioms).status == "proven") != ident:
+            wrong.append(("cancel", p1, p2))
+        rule = _rule(f"    y: relu(transpose(a, perm={p1}))", f"    y: transpose(relu(a), perm={p2})", rank=3)
+        if (axiomatic_check(rule, axioms).status == "proven") != (p1 == p2):
+            wrong.append(("relu", p1, p2))
+    assert not wrong
