@@ -4,9 +4,12 @@ Every tensor is a term of the uninterpreted sort `Tensor`; operator `op` with n 
 function `op/n/k : Int^attrs × Tensor^n → Tensor` (attributes in the registry's order). Attribute values are Ints:
 integers as themselves, anything else (tuples, strings, floats) as distinct interned codes; lists built from
 expressions use uninterpreted list constructors; `dim`, `ndim`, `shape`, `numel`, `weight`, integer division and the
-permutation helpers are uninterpreted. Axioms are rules of the same language (see `library/axioms.yaml`): a rule entry
-becomes ∀ vars. where ⇒ source_output = target_output, a `facts` entry becomes ∀ vars. where ⇒ facts. A rule is
-proven when its where-clauses, the axioms and `some source output ≠ target output` are unsatisfiable.
+list helpers are uninterpreted. The list helpers (`len`, `range`, `compose`, `inverse`) get their values on the
+constants of the encoding as ground equations (`helper_facts`, computed by the expression evaluator), and a source
+transpose with a constant permutation gives the ranks of its input and output (`source_rank_facts`).
+Axioms are rules of the same language (see `library/axioms.yaml`): a rule entry becomes ∀ vars. where ⇒
+source_output = target_output, a `facts` entry becomes ∀ vars. where ⇒ facts. A rule is proven when its
+where-clauses, the axioms and `some source output ≠ target output` are unsatisfiable.
 Like TASO, axioms state equalities of well-typed terms; each axiom is itself checked by the bounded method.
 """
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Encoder:
     def __init__(self) -> None:
         self.T = z3.DeclareSort("Tensor")
         self.codes: dict = {}
+        self.code_values: dict[int, Any] = {}  # code -> the value it stands for
         self.funcs: dict = {}
         I, T, B = z3.IntSort(), self.T, z3.BoolSort()
         self.tfn = {"dim": z3.Function("dim", T, I, I), "ndim": z3.Function("ndim", T, I),
@@ -51,6 +55,7 @@ class Encoder:
             return z3.IntVal(v)
         key = (type(v).__name__, repr(v))
         code = self.codes.setdefault(key, CODE_BASE + len(self.codes))
+        self.code_values.setdefault(code, v)
         return z3.IntVal(code)
 
     def fn(self, name: str, n: int, ret: Any = None) -> Any:
@@ -190,7 +195,7 @@ class Scope:
                 c = z3.Int(f"{prefix}{g}.{k}")
                 self.attrs[f"{g}.{k}"] = c
                 self.bound.append(c)
-        self.src_nodes: dict[int, list] = {}
+        self.src_args: dict[int, list] = {}  # each source node's argument terms
         self.extra: dict[str, z3.ExprRef] = {}
 
     def attr(self, name: str) -> z3.ExprRef:
@@ -210,8 +215,9 @@ class Scope:
         return self.tensors.get(name)
 
 
-def _node_terms(enc: Encoder, scope: Scope, nodes: list, side: str) -> dict:
-    """Terms of each pattern node's outputs, building source (or target) nodes in order."""
+def _node_terms(enc: Encoder, scope: Scope, nodes: list, side: str, args_of: Optional[dict] = None) -> dict:
+    """Terms of each pattern node's outputs, building source (or target) nodes in order (`args_of`, when given,
+    receives each node's argument terms)."""
     built: dict[int, list] = {}
 
     def ref(a: ArgRef) -> z3.ExprRef:
@@ -224,6 +230,8 @@ def _node_terms(enc: Encoder, scope: Scope, nodes: list, side: str) -> dict:
 
     for p in nodes:
         args = [ref(a) for a in p.args]
+        if args_of is not None:
+            args_of[p.index] = args
         if p.op == "const":
             v = enc.expr(p.attrs["value"].value, scope)
             built[p.index] = [enc.opfn("const", 0, 0)(v)]
@@ -257,7 +265,7 @@ def _node_terms(enc: Encoder, scope: Scope, nodes: list, side: str) -> dict:
 def encode_sides(enc: Encoder, rule: Rule, prefix: str) -> tuple:
     """(scope, source output terms, target output terms, source node terms)."""
     scope = Scope(enc, rule, prefix)
-    src_built = _node_terms(enc, scope, rule.source, "source")
+    src_built = _node_terms(enc, scope, rule.source, "source", scope.src_args)
     src_out = [scope.extra[o] for o in rule.outputs]
     src_extra = dict(scope.extra)
     tgt_out = []
@@ -273,6 +281,77 @@ def encode_sides(enc: Encoder, rule: Rule, prefix: str) -> tuple:
                 tgt_out.append(src_extra[ref.name] if ref.name in src_extra else scope.tensors[ref.name])
         scope.extra = src_extra
     return scope, src_out, tgt_out, src_built
+
+
+# ---------------------------------------------------------------- ground facts about constants
+PERMS_PER_RANK = 24  # permutation constants of one length the helper values are computed for (the group of rank 4)
+
+
+def _perm(v: Any) -> Optional[tuple]:
+    """The value as a permutation (a non-empty tuple of 0..n-1 in some order), else None."""
+    if isinstance(v, tuple) and v and all(type(i) is int for i in v) and sorted(v) == list(range(len(v))):
+        return v
+    return None
+
+
+def _helper(name: str, *args: Any) -> Any:
+    """A helper of the expression language on constants, by the evaluator itself (the bounded method's semantics)."""
+    return E.evaluate(E.Call(name, tuple(E.Const(a) for a in args), (), ()), E.Env())
+
+
+def source_rank_facts(enc: Encoder, rule: Rule, scope: Scope, src_built: dict) -> list:
+    """ndim of the tensors around each source transpose with a constant permutation: a match guarantees them (the
+    pattern's permutation denotes the node's only for an input of its length, and the output has that rank).
+    Source nodes only: a target term need not be well-typed until the bounded method builds it."""
+    facts = []
+    for p in rule.source:
+        spec = p.attrs.get("perm") if p.op == "transpose" else None
+        perm = _perm(freeze(spec.value)) if spec is not None and spec.kind == "const" else None
+        if perm is None:
+            continue
+        for t in (scope.src_args[p.index][0], src_built[p.index][0]):
+            facts.append(enc.tfn["ndim"](t) == len(perm))
+    return facts
+
+
+def helper_facts(enc: Encoder) -> list:
+    """Ground equations giving the uninterpreted list helpers their values on the constants of the encoding:
+    len(c), range(n) for the lengths of the permutation constants, inverse(c), and compose(c1, c2) over the
+    permutation constants of each length closed under composition and inversion (at most `PERMS_PER_RANK` each).
+    Values come from the expression evaluator, so both methods read the helpers alike."""
+    used = {k[0] for k in enc.funcs if k[0] != "op" and k[2] == "I"} & {"len", "range", "inverse", "compose"}
+    if not used:
+        return []
+    facts = []
+    by_rank: dict[int, list] = {}
+    for v in list(enc.code_values.values()):
+        perm = _perm(v)
+        if perm is not None and perm not in by_rank.setdefault(len(perm), []):
+            by_rank[len(perm)].append(perm)
+    if "range" in used:  # at the lengths of the permutation constants (the only codes a range can equal)
+        for n in sorted(by_rank):
+            facts.append(enc.fn("range", 1)(z3.IntVal(n)) == enc.value(_helper("range", n)))
+    for n, perms in sorted(by_rank.items()):
+        if "compose" not in used and "inverse" not in used:
+            continue
+        i = 0
+        while i < len(perms) and len(perms) < PERMS_PER_RANK:  # close under inverse and composition
+            for q in [_helper("inverse", perms[i])] + [_helper("compose", a, b) for a in perms[:i + 1]
+                                                      for b in perms[:i + 1]]:
+                if q not in perms and len(perms) < PERMS_PER_RANK:
+                    perms.append(q)
+            i += 1
+        for a in perms:
+            if "inverse" in used:
+                facts.append(enc.fn("inverse", 1)(enc.value(a)) == enc.value(_helper("inverse", a)))
+            if "compose" in used:
+                facts += [enc.fn("compose", 2)(enc.value(a), enc.value(b)) == enc.value(_helper("compose", a, b))
+                          for b in perms]
+    if "len" in used:  # last: of every list constant, those the equations above introduced too
+        for code, v in list(enc.code_values.items()):
+            if isinstance(v, tuple):
+                facts.append(enc.fn("len", 1)(z3.IntVal(code)) == _helper("len", v))
+    return facts
 
 
 def _has_all(term: z3.ExprRef, consts: list) -> bool:
@@ -364,13 +443,15 @@ def prove(rule: Rule, axioms: list, timeout: float = 10.0, formulas: Optional[li
     if formulas is None:
         formulas = axiom_formulas(enc, axioms)
     try:
-        scope, src_out, tgt_out, _ = encode_sides(enc, rule, "r_")
+        scope, src_out, tgt_out, src_built = encode_sides(enc, rule, "r_")
         hyps = []
         for c in rule.where:
             try:
                 hyps.append(enc._bool(enc.expr(c.expr, scope)))
             except EncodeError:
                 pass  # dropping a hypothesis only makes the proof obligation stronger
+        hyps += source_rank_facts(enc, rule, scope, src_built)
+        hyps += helper_facts(enc)
     except EncodeError as err:
         return "unknown", f"cannot encode the rule: {err}"
     s = z3.Solver()

@@ -50,7 +50,7 @@ from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-6"  # bump when a change can alter a verdict
+VERIFIER_VERSION = "taso-tvm-verify-7"  # bump when a change can alter a verdict
 LIBRARY_DIR = Path(__file__).parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
