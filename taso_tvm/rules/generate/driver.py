@@ -72,6 +72,8 @@ class GenerateResult:
     verdicts: dict = field(default_factory=dict)  # rule name -> status
     candidates: list = field(default_factory=list)  # (candidate, entry, status)
     derivations: dict = field(default_factory=dict)  # name of a candidate dropped as implied -> kept rules' names
+    complete: bool = True  # False: the time budget ended the enumeration (nothing verified or written)
+    checkpoint: Optional[str] = None  # where an incomplete run's finished units are kept
 
 
 def generatable_ops() -> list:
@@ -270,6 +272,7 @@ class Buckets:
     def __init__(self) -> None:
         self.by_key: dict = {}
         self.graphs = 0
+        self.units_total = self.units_left = 0
 
     def add(self, records: list) -> None:
         for r in records:
@@ -277,9 +280,11 @@ class Buckets:
         self.graphs += len(records)
 
 
-def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable) -> Buckets:
+def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
+                  deadline: Optional[float] = None) -> Buckets:
     """Every graph of the settings in its bucket: the checkpoint's units, then the others enumerated now (each
-    appended to the checkpoint as it finishes)."""
+    appended to the checkpoint as it finishes). Past `deadline` (time.monotonic) no unit is started: the buckets'
+    `units_left` says how many were not done."""
     enums = _enumerators(s)
     units = [(fam, i) for fam, e in sorted(enums.items()) for i in range(len(e.units(_unit_depth(s))))]
     buckets = Buckets()
@@ -296,20 +301,38 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable)
         buckets.add(pickle.loads(data))
         bar.update(1, f"{buckets.graphs} graphs")
 
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     try:
         with progress(len(units), "enumerating") as bar:
             bar.update(len(done))
             if jobs > 1 and s.max_ops >= 3 and len(todo) > 1:  # smaller runs take less than starting workers
                 from concurrent.futures import as_completed
                 with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
-                    for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
-                        finished(*fut.result(), bar)
+                    futs = [ex.submit(_run_unit, u) for u in todo]
+                    try:
+                        for fut in as_completed(futs):
+                            if fut.cancelled():
+                                continue
+                            unit = fut.result()
+                            done.add(unit[0])
+                            finished(*unit, bar)
+                            if late():
+                                break
+                    finally:  # out of time or interrupted: start no other unit (the running ones end soon)
+                        for f in futs:
+                            f.cancel()
             else:
                 _init_worker(s, quiet=False)
                 for u in todo:
+                    if late():
+                        break
                     finished(*_run_unit(u), bar)
+                    done.add(u)
     finally:  # an interruption keeps what is done
         ckpt.close()
+    buckets.units_total, buckets.units_left = len(units), len(units) - len(done)
     return buckets
 
 
@@ -350,8 +373,9 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     `checkpoint` (default: `out` + ".ckpt") keeps finished work across an interruption; `progress(total, desc)`
     returns a context manager with `update(n, note)` (the command line passes the project's progress bar).
     Candidates are verified cheapest and smallest first; one implied by the rules kept so far is dropped unverified
-    (see `keep.py`). `time_budget` (seconds, whole run) stops verification: what is left is counted as unverified
-    and not written. `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
+    (see `keep.py`). `time_budget` (seconds, whole run) stops the enumeration (the result is then `complete=False`,
+    nothing is written and the checkpoint keeps the finished units) or else the verification (what is left is
+    counted as unverified and not written). `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
     drops, unverified, a candidate that the kept rules imply together with rules the verifier left unproven."""
     s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
     progress = progress or _no_progress
@@ -359,9 +383,15 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     ck_path = Path(checkpoint) if checkpoint else Path(str(out) + ".ckpt") if out else None
     ckpt = _Checkpoint(ck_path, s)
     counts: dict = {}
-    buckets = enumerate_all(s, jobs, ckpt, progress)
-    counts["units_resumed"] = ckpt.resumed
-    counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
+    deadline = time.monotonic() + time_budget if time_budget else None
+    buckets = enumerate_all(s, jobs, ckpt, progress, deadline)
+    counts.update(units=buckets.units_total, units_resumed=ckpt.resumed, units_left=buckets.units_left,
+                  graphs=buckets.graphs, t_enumerate_s=round(time.perf_counter() - t0, 1))
+    if buckets.units_left:  # out of time while enumerating: nothing to pair yet, the checkpoint keeps what is done
+        counts["t_total_s"] = counts["t_enumerate_s"]
+        log.warning("enumeration stopped at the time budget: %d of %d units left%s", buckets.units_left,
+                    buckets.units_total, f" (checkpoint {ck_path}: the same settings resume)" if ck_path else "")
+        return GenerateResult(s, "", [], counts, complete=False, checkpoint=str(ck_path) if ck_path else None)
     t1 = time.perf_counter()
     cands = pair_all(s, buckets, counts)
     del buckets
@@ -369,7 +399,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
     # one direction per unordered pair; then, cheapest and smallest first: drop what the kept rules imply,
     # generalize the rest and verify it (keep.py)
-    t2 = time.perf_counter()
+    t1 = time.perf_counter()
     items, forms, rev_forms, n_rev = [], set(), set(), 0
     order = sorted(range(len(cands)), key=lambda i: (len(cands[i].src) + len(cands[i].dst), -len(cands[i].src), i))
     for i in order:
@@ -385,7 +415,9 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
             rev_forms.add(canonical_form(rc, kinds))
         items.append(Item(c))
     counts["pruned_reverse_direction"] = n_rev
-    deadline = time.monotonic() + time_budget - (time.perf_counter() - t0) if time_budget else None
+    counts["items"] = len(items)
+    counts["t_directions_s"] = round(time.perf_counter() - t1, 1)
+    t2 = time.perf_counter()
     from .keep import cost_class
     worth = sum(1 for it in items if cost_class(it.cand, pool) == 0) > 100 or \
         sum(1 for it in items if cost_class(it.cand, pool) > 0) > 2  # else starting workers takes longer

@@ -23,7 +23,7 @@ from ..op_facets import (GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PA
 from .pool import CLASS_SIZES, InputVar, dim_class
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One enumerated graph: its nodes, output refs, output fingerprints and the inputs it reads."""
 

@@ -42,7 +42,7 @@ def n_outputs(op: str) -> int:
     return facet(op, GEN_OUTPUTS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GNode:
     """One operator application: operator name, attributes as sorted (key, value) pairs, argument refs."""
 
