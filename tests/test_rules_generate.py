@@ -456,9 +456,12 @@ def test_checkpoint_appends_units_and_resumes_exactly(tmp_path):
     ck = _Checkpoint(Path(cut), s)
     again = enumerate_all(s, 2, ck, _no_progress)  # the rest in two worker processes
     assert ck.resumed == 29 and _bucket_texts(again) == ref
-    assert _Checkpoint(Path(cut), s).load() and len(_Checkpoint(Path(cut), s).load()) == whole.units_total
-    other = make_settings(3, ops=["concat", "relu"], kinds=["mat"], seed=1)
-    assert _Checkpoint(Path(cut), other).load() == []  # other settings: start afresh
+    ck = _Checkpoint(Path(cut), s)
+    assert len(ck.load()) == whole.units_total
+    ck.close()
+    ck = _Checkpoint(Path(cut), make_settings(3, ops=["concat", "relu"], kinds=["mat"], seed=1))
+    assert ck.load() == []  # other settings: start afresh
+    ck.close()
     c1, c2 = {}, {}
     assert [x.canonical() for x in pair_all(s, whole, c1)] == [x.canonical() for x in pair_all(s, again, c2)]
     assert c1 == c2

@@ -136,11 +136,11 @@ def _quiet() -> None:
 
 
 def _run_unit(unit: tuple) -> tuple:
-    """(unit, number of records, the records pickled): the parent appends the bytes to the checkpoint as they are."""
+    """(unit, the records pickled): the parent appends the bytes to the checkpoint as they are."""
     fam, i = unit
     prefix, whole = _WORKER["units"][fam][i]
     recs = list(_WORKER["enum"][fam].run_unit(prefix, whole))
-    return unit, len(recs), pickle.dumps(recs, protocol=pickle.HIGHEST_PROTOCOL)
+    return unit, pickle.dumps(recs, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @contextlib.contextmanager
@@ -296,7 +296,7 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
     todo = [u for u in units if u not in done]
     ckpt.resumed = len(done)
 
-    def finished(unit: tuple, n: int, data: bytes, bar) -> None:
+    def finished(unit: tuple, data: bytes, bar) -> None:
         ckpt.append(unit, data)
         buckets.add(pickle.loads(data))
         bar.update(1, f"{buckets.graphs} graphs")
