@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Optional, Sequence, TextIO
 
+from .rules.generate.driver import DEFAULT_TIME_BUDGET_S
 from .rules.language import RuleError, read_rule_files
 from .rules.ruleset import RuleSet, library_files
 from .rules.verify import (Cache, VerifyResult, axioms_digest, load_axioms, rule_key, tally, verify_axioms,
@@ -95,21 +96,40 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
 
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
+    budget = args.time_budget if args.time_budget and args.time_budget > 0 else None
     try:
         res = generate_rules(args.max_ops, ops=ops, jobs=args.jobs, out=args.output, kinds=kinds,
                              checkpoint=args.checkpoint, seed=args.seed, progress=progress,
-                             time_budget=args.time_budget, reverse=not args.no_reverse)
-    except ValueError as err:
+                             time_budget=budget, reverse=not args.no_reverse)
+    except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    c = res.counts
+    default = " (the default)" if args.time_budget == DEFAULT_TIME_BUDGET_S else ""
+    if not res.complete:
+        resume = (f"the finished units are kept in {res.checkpoint}: the same command resumes there"
+                  if res.checkpoint else "without -o nothing is kept")
+        print(f"the time budget of {budget:g} s{default} ended the enumeration ({res.settings.describe()}) after "
+              f"{c['units'] - c['units_left']} of {c['units']} units ({c['graphs']} graphs): nothing verified or "
+              f"written; {resume}; --time-budget 0 runs without a limit", file=sys.stderr)
+        return 1
     if args.output is None:
         out.write(res.text)
-    c = res.counts
+    left = c["unverified"]
+    if budget is None:
+        limit = "no time budget"
+    elif left:
+        limit = (f"the time budget of {budget:g} s{default} stopped the verification: {left} candidates left "
+                 f"unverified, not written (a larger --time-budget, or 0 for none, goes further; verdicts are "
+                 f"cached)")
+    else:
+        limit = f"within the time budget of {budget:g} s{default}"
     print(f"{c['verified']} verified rules ({res.settings.describe()}): {c['graphs']} graphs, "
           f"{c['candidates']} candidate pairs, {c['pruned_reverse_direction']} reverse directions, "
           f"{c['forward_derivable']} implied by kept rules, {c['forward_duplicate']} equal once generalized, "
-          f"{c['refuted']} refuted, {c['unproven']} unproven, {c['unverified']} left unverified; "
-          f"{c['t_total_s']} s"
+          f"{c['refuted']} refuted, {c['unproven']} unproven, {left} left unverified; {limit}; "
+          f"{c['t_total_s']} s (enumeration {c['t_enumerate_s']} s, pairing {c['t_pair_s']} s, verification "
+          f"{c['t_verify_s']} s)"
           + (f"; written to {args.output}" if args.output else ""), file=sys.stderr if args.output is None else out)
     return 0
 
@@ -137,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--jobs", "-j", type=int, default=2, help="worker processes (default: 2)")
     g.add_argument("--checkpoint", default=None, help="resume file (default: OUTPUT.ckpt; none without -o)")
     g.add_argument("--seed", type=int, default=0, help="seed of the fingerprint inputs")
-    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="stop verifying after this long (whole run); the rest is reported unverified, not written")
+    g.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_S, metavar="SECONDS",
+                   help=f"time for the whole run (default: {DEFAULT_TIME_BUDGET_S:g} s; 0: no limit). Past it, "
+                        "the verification stops (what is left is reported unverified, not written), or, if it is "
+                        "still enumerating, the run stops with nothing written (with -o, the checkpoint resumes)")
     g.add_argument("--no-reverse", action="store_true", help="do not verify and write each kept rule's reverse")
     g.set_defaults(fn=cmd_generate)
     return p

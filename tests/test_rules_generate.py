@@ -3,6 +3,9 @@ two-operator identities are found, everything written is verified, the output is
 the rules load, match and apply on a zoo model with equal outputs."""
 from __future__ import annotations
 
+import io
+import pickle
+
 import numpy as np
 import pytest
 
@@ -378,3 +381,131 @@ def test_every_generatable_operator_enumerates_over_the_default_pool():
     assert sum(map(len, roots.values())) > 0
     ops = {n.op for rs in roots.values() for n in rs}
     assert {"matmul", "layernorm", "softmax"} <= ops, ops
+
+
+# ---------------------------------------------------------------- units, checkpoint, time budget
+def _bucket_texts(buckets) -> dict:
+    return {k: sorted(repr((r.nodes, r.outputs, r.fps, r.inputs)) for r in v) for k, v in buckets.by_key.items()}
+
+
+def test_units_give_every_graph_once_in_run_order():
+    """Units of two-node prefixes, concatenated, give exactly the graphs of a depth-first run from each first node,
+    in the same order."""
+    s = make_settings(3, ops=["concat", "matmul", "relu"], kinds=["mat"])
+    from taso_tvm.rules.generate.driver import _enumerators
+
+    (e,) = _enumerators(s).values()
+    units = e.units(2)
+    assert len(units) > 3 * len(e.roots())  # finer than one unit per first node
+    by_units = [r.nodes for u in units for r in e.run_unit(*u)]
+    by_roots = [r.nodes for root in e.roots() for r in e.run(root)]
+    assert by_units == by_roots and len(set(by_units)) == len(by_units)
+
+
+def test_checkpoint_appends_units_and_resumes_exactly(tmp_path):
+    """The checkpoint grows by appending each finished unit (every earlier state of the file is a prefix of the
+    next); interrupted and resumed, or resumed from a file cut off inside a unit, the buckets are exactly those of an
+    uninterrupted run, in one process or two."""
+    from pathlib import Path
+
+    from taso_tvm.rules.generate.driver import _Checkpoint, _no_progress, enumerate_all, pair_all
+
+    s = make_settings(3, ops=["concat", "relu"], kinds=["mat"])
+    whole = enumerate_all(s, 1, _Checkpoint(None, s), _no_progress)
+    assert whole.units_total > 50 and whole.units_left == 0
+    ref = _bucket_texts(whole)
+    path = tmp_path / "g.ckpt"
+    snapshots: list = []
+
+    class Stop(Exception):
+        pass
+
+    class Bar:
+        def __init__(self, total, desc):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1, note=""):
+            snapshots.append(path.read_bytes())
+            if len(snapshots) == 31:  # the first update counts resumed units: 30 units are done
+                raise Stop
+
+    with pytest.raises(Stop):
+        enumerate_all(s, 1, _Checkpoint(path, s), Bar)
+    from taso_tvm.rules.generate.driver import _enumerators
+
+    (e,) = _enumerators(s).values()
+    units = e.units(2)
+    for i, (a, b) in enumerate(zip(snapshots, snapshots[1:])):
+        assert b[:len(a)] == a  # appended, never rewritten: each write is the one unit just finished
+        f = io.BytesIO(b[len(a):])
+        unit, recs = pickle.load(f), pickle.load(f)
+        assert f.read() == b"" and unit == ("2d", i)
+        assert [r.nodes for r in recs] == [r.nodes for r in e.run_unit(*units[i])]
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(path.read_bytes()[:-5])  # interrupted while writing the 30th unit
+
+    ck = _Checkpoint(path, s)
+    resumed = enumerate_all(s, 1, ck, _no_progress)
+    assert ck.resumed == 30 and _bucket_texts(resumed) == ref and resumed.graphs == whole.graphs
+    ck = _Checkpoint(Path(cut), s)
+    again = enumerate_all(s, 2, ck, _no_progress)  # the rest in two worker processes
+    assert ck.resumed == 29 and _bucket_texts(again) == ref
+    ck = _Checkpoint(Path(cut), s)
+    assert len(ck.load()) == whole.units_total
+    ck.close()
+    ck = _Checkpoint(Path(cut), make_settings(3, ops=["concat", "relu"], kinds=["mat"], seed=1))
+    assert ck.load() == []  # other settings: start afresh
+    ck.close()
+    c1, c2 = {}, {}
+    assert [x.canonical() for x in pair_all(s, whole, c1)] == [x.canonical() for x in pair_all(s, again, c2)]
+    assert c1 == c2
+
+
+def test_cli_default_budget_and_what_is_left_unverified(tmp_path, capsys):
+    """The command line's default time budget is printed; a budget spent while enumerating writes nothing and
+    keeps the checkpoint; a budget spent while verifying reports the candidates left unverified."""
+    from taso_tvm.cli_rules import main
+    from taso_tvm.rules.generate.driver import DEFAULT_TIME_BUDGET_S
+
+    args = ["generate", "--max-ops", "2", "--ops", "relu,concat", "--kinds", "mat", "--jobs", "1"]
+    out = tmp_path / "g.yaml"
+    assert main(args + ["-o", str(out), "--time-budget", "1e-9"]) == 1
+    err = capsys.readouterr().err
+    assert "ended the enumeration" in err and "nothing verified or written" in err and "g.yaml.ckpt" in err
+    assert not out.exists() and (tmp_path / "g.yaml.ckpt").exists()
+
+    class Stop(Exception):
+        pass
+
+    class Bar:  # stops the run once the enumeration is done
+        def __init__(self, total, desc):
+            self.desc = desc
+
+        def __enter__(self):
+            if self.desc == "verifying":
+                raise Stop
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1, note=""):
+            pass
+
+    with pytest.raises(Stop):
+        generate_rules(2, ops=["relu", "concat"], kinds=["mat"], jobs=1, out=str(out), progress=Bar)
+    assert main(args + ["-o", str(out), "--time-budget", "1e-9"]) == 0  # enumerated: the checkpoint has it all
+    text = capsys.readouterr().out
+    assert "0 verified rules" in text and "stopped the verification" in text
+    left = int(text.split(" left unverified")[0].rsplit(" ", 1)[1])
+    assert left > 0 and out.exists() and not parse_rules(out.read_text())
+    assert main(args + ["-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"within the time budget of {DEFAULT_TIME_BUDGET_S:g} s (the default)" in text
+    assert " 0 left unverified" in text and parse_rules(out.read_text())

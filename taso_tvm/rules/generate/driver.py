@@ -1,8 +1,9 @@
 """`generate_rules`: enumerate, fingerprint, pair, prune, generalize, verify, write.
 
-Work is split into units (a family of the pool and the first node of its graphs), run in `jobs` processes; each
-finished unit is saved to the checkpoint file, so an interrupted run resumes where it stopped. Everything is
-ordered by content, so the output depends on the settings alone.
+Enumeration is split into units (a family of the pool and a prefix of the graphs' first nodes: hundreds at 3 and 4
+operators, so that both workers stay busy to the end), run in `jobs` processes. The records of each finished unit
+are appended to the checkpoint file and put into their fingerprint buckets; an interrupted run reads the finished
+units back and enumerates the rest. Everything is ordered by content, so the output depends on the settings alone.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import os
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,8 +34,8 @@ log = logging.getLogger(__name__)
 TASO_OPS = ("add", "concat", "conv2d", "matmul", "mul", "relu", "split")  # the operators of TASO's rule file
 TASO_KINDS = ("mat", "act4", "conv3x3")  # TASO's pool: 2-D tensors, 4-D activations, 3x3 kernels
 MAX_BUCKET = 48  # graphs per fingerprint bucket that are paired (the rest are counted, not paired)
-CHECKPOINT_EVERY_S = 20.0
-FORMAT = "taso-tvm-generate-1"
+FORMAT = "taso-tvm-generate-2"
+DEFAULT_TIME_BUDGET_S = 600.0  # the command line's default budget for a whole run
 
 
 @dataclass
@@ -70,6 +72,8 @@ class GenerateResult:
     verdicts: dict = field(default_factory=dict)  # rule name -> status
     candidates: list = field(default_factory=list)  # (candidate, entry, status)
     derivations: dict = field(default_factory=dict)  # name of a candidate dropped as implied -> kept rules' names
+    complete: bool = True  # False: the time budget ended the enumeration (nothing verified or written)
+    checkpoint: Optional[str] = None  # where an incomplete run's finished units are kept
 
 
 def generatable_ops() -> list:
@@ -114,11 +118,17 @@ def _enumerators(s: Settings) -> dict:
     return {fam: Enumerator(list(s.ops), p, s.max_ops, s.seed, s.attr_overrides()) for fam, p in families(pool)}
 
 
+def _unit_depth(s: Settings) -> int:
+    """Nodes in a unit's prefix: one (a first node and everything after it) for small runs, two from 3 operators
+    on (some first nodes have many times more graphs after them than others)."""
+    return 2 if s.max_ops >= 3 else 1
+
+
 def _init_worker(s: Settings, quiet: bool = True) -> None:
     if quiet:  # a worker process: the parent reports
         logging.getLogger("taso_tvm").setLevel(logging.WARNING)
     _WORKER["enum"] = _enumerators(s)
-    _WORKER["roots"] = {fam: e.roots() for fam, e in _WORKER["enum"].items()}
+    _WORKER["units"] = {fam: e.units(_unit_depth(s)) for fam, e in _WORKER["enum"].items()}
 
 
 def _quiet() -> None:
@@ -126,9 +136,11 @@ def _quiet() -> None:
 
 
 def _run_unit(unit: tuple) -> tuple:
+    """(unit, the records pickled): the parent appends the bytes to the checkpoint as they are."""
     fam, i = unit
-    e = _WORKER["enum"][fam]
-    return unit, list(e.run(_WORKER["roots"][fam][i]))
+    prefix, whole = _WORKER["units"][fam][i]
+    recs = list(_WORKER["enum"][fam].run_unit(prefix, whole))
+    return unit, pickle.dumps(recs, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @contextlib.contextmanager
@@ -157,28 +169,73 @@ class _CheckpointUnpickler(pickle.Unpickler):
 
 
 class _Checkpoint:
+    """The finished enumeration units, appended to a file as they finish: a header naming the settings, then per
+    unit its id and its records (two pickles). Reading stops at the first incomplete unit (an interruption while
+    writing), which is cut off before anything is appended."""
+
     def __init__(self, path: Optional[Path], s: Settings):
         self.path, self.digest = path, s.digest()
-        self.data: dict = {"settings": self.digest, "units": {}}
-        self.last = time.monotonic()
+        self.file = None
         self.resumed = 0
-        if path is not None and path.exists():
-            try:
-                with open(path, "rb") as f:
-                    d = _CheckpointUnpickler(f).load()
-                if d.get("settings") == self.digest:
-                    self.data = d
-                    log.info("resuming from %s: %d unit(s) done", path, len(d["units"]))
-                else:
-                    log.warning("checkpoint %s is for other settings; starting afresh", path)
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, KeyError) as err:
-                log.warning("cannot read checkpoint %s (%s); starting afresh", path, err)
 
-    def save(self, force: bool = False) -> None:
-        if self.path is None or (not force and time.monotonic() - self.last < CHECKPOINT_EVERY_S):
-            return
-        atomic_write(str(self.path), lambda f: pickle.dump(self.data, f, protocol=pickle.HIGHEST_PROTOCOL))
-        self.last = time.monotonic()
+    def load(self) -> list:
+        """[(unit, records)] of every complete unit in the file (none if it is missing, unreadable or for other
+        settings); afterwards the file is open for appending."""
+        if self.path is None:
+            return []
+        good, out = 0, []
+        if self.path.exists():
+            try:
+                with open(self.path, "rb") as f:
+                    head = _CheckpointUnpickler(f).load()
+                    if not isinstance(head, dict) or head.get("format") != FORMAT or \
+                            head.get("settings") != self.digest:
+                        log.warning("checkpoint %s is for other settings; starting afresh", self.path)
+                    else:
+                        good = f.tell()
+                        while True:
+                            try:
+                                unit = _CheckpointUnpickler(f).load()
+                                recs = _CheckpointUnpickler(f).load()
+                            except EOFError:
+                                break
+                            except Exception as err:  # noqa: BLE001 (a unit cut off while written: redo it)
+                                log.warning("checkpoint %s: the unit after %d is incomplete (%s); redoing it",
+                                            self.path, len(out), err)
+                                break
+                            good = f.tell()
+                            out.append((unit, recs))
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, IndexError) as err:
+                log.warning("cannot read checkpoint %s (%s); starting afresh", self.path, err)
+                good, out = 0, []
+        if good:
+            log.info("resuming from %s: %d unit(s) done", self.path, len(out))
+            self.file = open(self.path, "r+b")
+            self.file.truncate(good)
+            self.file.seek(good)
+        else:
+            self.file = open(self.path, "wb")
+            pickle.dump({"format": FORMAT, "settings": self.digest}, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+            self.file.flush()
+        return out
+
+    def append(self, unit: tuple, data: bytes) -> None:
+        """Add one finished unit (its records as `pickle.dumps` gave them)."""
+        if self.file is not None:
+            self.file.write(pickle.dumps(unit, protocol=pickle.HIGHEST_PROTOCOL) + data)
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(self.file.fileno())
+            self.file.close()
+            self.file = None
+
+    def remove(self) -> None:
+        self.close()
+        if self.path is not None and self.path.exists():
+            self.path.unlink()
 
 
 def _pool_ctx():
@@ -209,55 +266,95 @@ def _workers(jobs: int, **kw):
             setattr(main, k, v)
 
 
-def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable) -> dict:
-    """Unit -> records, from the checkpoint or computed now."""
+class Buckets:
+    """Enumerated graphs grouped by fingerprint key as they arrive (a run holds every graph once, in its bucket)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict = {}
+        self.graphs = 0
+        self.units_total = self.units_left = 0
+
+    def add(self, records: list) -> None:
+        for r in records:
+            self.by_key.setdefault(r.key, []).append(r)
+        self.graphs += len(records)
+
+
+def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
+                  deadline: Optional[float] = None) -> Buckets:
+    """Every graph of the settings in its bucket: the checkpoint's units, then the others enumerated now (each
+    appended to the checkpoint as it finishes). Past `deadline` (time.monotonic) no unit is started: the buckets'
+    `units_left` says how many were not done."""
     enums = _enumerators(s)
-    units = [(fam, i) for fam, e in sorted(enums.items()) for i in range(len(e.roots()))]
-    done = ckpt.data["units"]
+    units = [(fam, i) for fam, e in sorted(enums.items()) for i in range(len(e.units(_unit_depth(s))))]
+    buckets = Buckets()
+    done = set()
+    for unit, recs in ckpt.load():
+        if unit in units and unit not in done:
+            done.add(unit)
+            buckets.add(recs)
     todo = [u for u in units if u not in done]
-    ckpt.resumed = len(units) - len(todo)
+    ckpt.resumed = len(done)
+
+    def finished(unit: tuple, data: bytes, bar) -> None:
+        ckpt.append(unit, data)
+        buckets.add(pickle.loads(data))
+        bar.update(1, f"{buckets.graphs} graphs")
+
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     try:
         with progress(len(units), "enumerating") as bar:
-            bar.update(len(units) - len(todo))
+            bar.update(len(done))
             if jobs > 1 and s.max_ops >= 3 and len(todo) > 1:  # smaller runs take less than starting workers
                 from concurrent.futures import as_completed
                 with _workers(jobs, initializer=_init_worker, initargs=(s,)) as ex:
-                    for fut in as_completed([ex.submit(_run_unit, u) for u in todo]):
-                        unit, recs = fut.result()
-                        done[unit] = recs
-                        ckpt.save()
-                        bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
+                    futs = [ex.submit(_run_unit, u) for u in todo]
+                    try:
+                        for fut in as_completed(futs):
+                            if fut.cancelled():
+                                continue
+                            unit = fut.result()
+                            done.add(unit[0])
+                            finished(*unit, bar)
+                            if late():
+                                break
+                    finally:  # out of time or interrupted: start no other unit (the running ones end soon)
+                        for f in futs:
+                            f.cancel()
             else:
                 _init_worker(s, quiet=False)
                 for u in todo:
-                    unit, recs = _run_unit(u)
-                    done[unit] = recs
-                    ckpt.save()
-                    bar.update(1, f"{sum(len(r) for r in done.values())} graphs")
+                    if late():
+                        break
+                    finished(*_run_unit(u), bar)
+                    done.add(u)
     finally:  # an interruption keeps what is done
-        ckpt.save(force=True)
-    return {u: done[u] for u in units}
+        ckpt.close()
+    buckets.units_total, buckets.units_left = len(units), len(units) - len(done)
+    return buckets
 
 
-def pair_all(s: Settings, records: list, counts: dict) -> list:
+def pair_all(s: Settings, buckets: Buckets, counts: dict) -> list:
     pool = build_pool(set(s.kinds), s.per_kind)
     input_fps: dict = {}
     for fam, e in sorted(_enumerators(s).items()):
         input_fps.update(e.input_fingerprints())
-    buckets: dict = {}
-    for r in records:
-        buckets.setdefault(r.key, []).append(r)
     pairer = Pairer(pool, s.max_ops)
     capped = 0
-    for key in sorted(buckets):
-        recs = sorted(buckets[key], key=lambda r: (len(r.nodes), repr(r.nodes)))
+    for key in sorted(buckets.by_key):
+        recs = buckets.by_key[key]
+        if len(recs) < 2 and not any(f in input_fps for f in recs[0].fps):
+            continue
+        recs = sorted(recs, key=lambda r: (len(r.nodes), repr(r.nodes)))
         if len(recs) > MAX_BUCKET:
             capped += len(recs) - MAX_BUCKET
             recs = recs[:MAX_BUCKET]
-        if len(recs) >= 2 or any(f in input_fps for f in recs[0].fps):
-            pairer.bucket(key, recs, input_fps)
-    counts.update({"graphs": len(records), "buckets": len(buckets),
-                   "buckets_shared": sum(1 for b in buckets.values() if len(b) > 1), "bucket_cap_dropped": capped})
+        pairer.bucket(key, recs, input_fps)
+    counts.update({"graphs": buckets.graphs, "buckets": len(buckets.by_key),
+                   "buckets_shared": sum(1 for b in buckets.by_key.values() if len(b) > 1),
+                   "bucket_cap_dropped": capped})
     counts.update({f"pruned_{k}" if k not in ("pairs", "identities", "pairs_not_star") else k: v
                    for k, v in pairer.stats.items()})
     counts["candidates"] = len(pairer.kept)
@@ -276,8 +373,9 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     `checkpoint` (default: `out` + ".ckpt") keeps finished work across an interruption; `progress(total, desc)`
     returns a context manager with `update(n, note)` (the command line passes the project's progress bar).
     Candidates are verified cheapest and smallest first; one implied by the rules kept so far is dropped unverified
-    (see `keep.py`). `time_budget` (seconds, whole run) stops verification: what is left is counted as unverified
-    and not written. `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
+    (see `keep.py`). `time_budget` (seconds, whole run) stops the enumeration (the result is then `complete=False`,
+    nothing is written and the checkpoint keeps the finished units) or else the verification (what is left is
+    counted as unverified and not written). `reverse` also verifies (and writes) each kept rule's other direction. `skip_unproven` also
     drops, unverified, a candidate that the kept rules imply together with rules the verifier left unproven."""
     s = make_settings(max_ops, ops, kinds, per_kind, seed, attrs)
     progress = progress or _no_progress
@@ -285,21 +383,29 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     ck_path = Path(checkpoint) if checkpoint else Path(str(out) + ".ckpt") if out else None
     ckpt = _Checkpoint(ck_path, s)
     counts: dict = {}
-    units = enumerate_all(s, jobs, ckpt, progress)
-    counts["units_resumed"] = ckpt.resumed
-    records = [r for u in sorted(units) for r in units[u]]
-    counts["t_enumerate_s"] = round(time.perf_counter() - t0, 1)
-    cands = pair_all(s, records, counts)
+    deadline = time.monotonic() + time_budget if time_budget else None
+    buckets = enumerate_all(s, jobs, ckpt, progress, deadline)
+    counts.update(units=buckets.units_total, units_resumed=ckpt.resumed, units_left=buckets.units_left,
+                  graphs=buckets.graphs, t_enumerate_s=round(time.perf_counter() - t0, 1))
+    if buckets.units_left:  # out of time while enumerating: nothing to pair yet, the checkpoint keeps what is done
+        counts["t_total_s"] = counts["t_enumerate_s"]
+        log.warning("enumeration stopped at the time budget: %d of %d units left%s", buckets.units_left,
+                    buckets.units_total, f" (checkpoint {ck_path}: the same settings resume)" if ck_path else "")
+        return GenerateResult(s, "", [], counts, complete=False, checkpoint=str(ck_path) if ck_path else None)
+    t1 = time.perf_counter()
+    cands = pair_all(s, buckets, counts)
+    del buckets
+    counts["t_pair_s"] = round(time.perf_counter() - t1, 1)
     pool = {v.name: v for v in build_pool(set(s.kinds), s.per_kind)}
     # one direction per unordered pair; then, cheapest and smallest first: drop what the kept rules imply,
     # generalize the rest and verify it (keep.py)
-    t2 = time.perf_counter()
+    t1 = time.perf_counter()
     items, forms, rev_forms, n_rev = [], set(), set(), 0
     order = sorted(range(len(cands)), key=lambda i: (len(cands[i].src) + len(cands[i].dst), -len(cands[i].src), i))
     for i in order:
         c = cands[i]
         kinds = {v: pool[v].kind for v in c.inputs}
-        form = canonical_form(c, kinds)
+        form = c.form or canonical_form(c, kinds)
         forms.add(form)
         if form in rev_forms:  # the other direction of a kept candidate: verified (and written) as its reverse
             n_rev += 1
@@ -309,7 +415,9 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
             rev_forms.add(canonical_form(rc, kinds))
         items.append(Item(c))
     counts["pruned_reverse_direction"] = n_rev
-    deadline = time.monotonic() + time_budget - (time.perf_counter() - t0) if time_budget else None
+    counts["items"] = len(items)
+    counts["t_directions_s"] = round(time.perf_counter() - t1, 1)
+    t2 = time.perf_counter()
     from .keep import cost_class
     worth = sum(1 for it in items if cost_class(it.cand, pool) == 0) > 100 or \
         sum(1 for it in items if cost_class(it.cand, pool) > 0) > 2  # else starting workers takes longer
@@ -318,8 +426,14 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
                       skip_unproven=skip_unproven).run()
     statuses = [(it.gcand or it.cand, it.used or it.entry, it) for it in done]
     counts["t_verify_s"] = round(time.perf_counter() - t2, 1)
-    kept = [(c, e, it) for (c, e, it) in statuses if it.status == "verified"]
-    kept.sort(key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"]))
+    kept, names = [], set()
+    for c, e, it in sorted(((c, e, it) for (c, e, it) in statuses if it.status == "verified"),
+                           key=lambda x: (len(x[0].src), len(x[0].dst), x[1]["name"])):
+        if e["name"] in names:  # one rule reached twice (two rules' reverses generalized alike): written once
+            counts["verified_twice"] = counts.get("verified_twice", 0) + 1
+            continue
+        names.add(e["name"])
+        kept.append((c, e, it))
     header = (f"# Substitution rules generated by `taso-tvm rules generate` ({s.describe()}).\n"
               f"# Every rule below was verified by taso_tvm.rules.verify: {len(kept)} rules from {len(items)} "
               f"candidates ({counts['forward_derivable']} implied by smaller kept rules, not written).\n")
@@ -329,8 +443,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     counts["t_total_s"] = round(time.perf_counter() - t0, 1)
     if out:
         atomic_write(str(out), lambda f: f.write(text), mode="w")
-    if ck_path is not None and ck_path.exists():
-        ck_path.unlink()  # done: the next run with these settings starts afresh (verdicts stay cached)
+    ckpt.remove()  # done: the next run with these settings starts afresh (verdicts stay cached)
     return GenerateResult(s, text, rules, counts, {it.name: it.status for _c, _e, it in statuses},
                           [(c, e, it.status) for c, e, it in statuses],
                           {it.name: it.path for _c, _e, it in statuses if it.status == "derivable"})

@@ -16,14 +16,14 @@ import numpy as np
 
 from ...graph.ops import OPS, facet
 from ...graph.types import GraphError, TensorType, normalize_axis
-from .graphs import (DimSum, GNode, ShapeForm, apply_node, connected, fingerprint, graph_inputs, graph_outputs,
-                     resolve)
+from .graphs import (DimSum, GNode, ShapeForm, compute_node, connected, fingerprint, graph_inputs, graph_outputs,
+                     infer_node, resolve)
 from ..op_facets import (GEN_ARITY, GEN_ATTRS, GEN_CARRIES, GEN_OPERANDS, GEN_PARTITION, GEN_SAME_SHAPE,
                          commutative)
 from .pool import CLASS_SIZES, InputVar, dim_class
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One enumerated graph: its nodes, output refs, output fingerprints and the inputs it reads."""
 
@@ -100,6 +100,7 @@ class _State:
         self.value: dict = {}
         self.dims: dict = {}
         self.parts: dict = {}
+        self.fp: dict = {}  # ref -> fingerprint, computed when first needed
         self.shapes = {v.name: concrete_shape(v) for v in pool}
         for v in pool:
             ref = ("i", v.name)
@@ -181,6 +182,15 @@ class Enumerator:
         self.dim_class = {(v.name, a): dim_class(v, a) for v in pool for a in range(len(v.shape))}
         self.var_index = {v.name: (v.kind, i) for kind in self.kind_vars for i, v in
                           enumerate(x for x in pool if x.kind == kind)}
+        # the input shapes are fixed during an enumeration, so attribute normal forms and shape inference depend
+        # on the operator, its attributes and its argument types alone
+        self.shapes = {v.name: concrete_shape(v) for v in pool}
+        self._op_info = {op: (facet(op, GEN_ARITY) or OPS[op].inputs, facet(op, GEN_PARTITION), commutative(op))
+                         for op in self.ops}
+        self._norm_cache: dict = {}
+        self._infer_cache: dict = {}
+        self._appl_cache: dict = {}
+        self._types_cache: dict = {}
 
     # ------------------------------------------------------------ candidates
     def _available(self, st: _State, used: dict) -> list:
@@ -223,37 +233,82 @@ class Enumerator:
         return True
 
     def candidates(self, st: _State, used: dict) -> Iterator[GNode]:
-        avail = self._available(st, used)
+        by_type: dict = {}  # the available refs grouped by type (types in order of first appearance)
+        for a in self._available(st, used):
+            by_type.setdefault(st.type[a], []).append(a)
+        tkey = tuple(by_type)
         for op in self.ops:
-            arity = facet(op, GEN_ARITY) or OPS[op].inputs
-            mode = facet(op, GEN_PARTITION)
-            swap = commutative(op)
-            for args in itertools.product(avail, repeat=arity):
-                if swap and repr(args[0]) > repr(args[1]):  # the matcher tries both orders: enumerate one
-                    continue
-                if not self._order_ok(args, used):
-                    continue
-                types = [st.type[a] for a in args]
-                if not self._operands_ok(st, op, args, types):
-                    continue
-                if mode == "cut":
-                    for ax, pieces in sorted(st.parts[args[0]].items()):
-                        for cut in range(1, len(pieces)):
-                            sizes = (DimSum(sum((tuple(p) for p in pieces[:cut]), ())),
-                                     DimSum(sum((tuple(p) for p in pieces[cut:]), ())))
-                            yield GNode(op, (("axis", ax), ("sizes", sizes)), args)
-                    continue
-                seen = set()
-                for attrs in attr_variants(op, types, self.attrs):
-                    try:  # the registry's normal form (SAME/VALID become pads at these shapes)
-                        norm = tuple(sorted(OPS[op].make_attrs(resolve(attrs, st.shapes, types), types).items()))
-                    except (GraphError, ValueError, TypeError, IndexError):
+            arity, mode, swap = self._op_info[op]
+            # argument types first (few), then the refs of each type: an operator of many arguments (batchnorm's
+            # five) would otherwise try every tuple of refs
+            for types in self._feasible_types(op, arity, mode, tkey):
+                for args in itertools.product(*(by_type[t] for t in types)):
+                    if swap and repr(args[0]) > repr(args[1]):  # the matcher tries both orders: enumerate one
                         continue
-                    if any(isinstance(v, ShapeForm) for _k, v in attrs):  # kept as a form of the argument's shape
-                        norm = attrs
-                    if norm not in seen:
-                        seen.add(norm)
-                        yield GNode(op, norm, args)
+                    if not self._order_ok(args, used):
+                        continue
+                    if not self._operands_ok(st, op, args, types):
+                        continue
+                    if mode == "cut":
+                        for ax, pieces in sorted(st.parts[args[0]].items()):
+                            for cut in range(1, len(pieces)):
+                                sizes = (DimSum(sum((tuple(p) for p in pieces[:cut]), ())),
+                                         DimSum(sum((tuple(p) for p in pieces[cut:]), ())))
+                                yield GNode(op, (("axis", ax), ("sizes", sizes)), args)
+                        continue
+                    yield from (GNode(op, norm, args) for norm in self._applicable(op, types))
+
+    def _feasible_types(self, op: str, arity: int, mode: Optional[str], tkey: tuple) -> list:
+        """The tuples of argument types, drawn from `tkey`, that the operator accepts with some attributes (every
+        tuple for a split, whose attributes come from its argument's parts)."""
+        key = (op, tkey)
+        hit = self._types_cache.get(key)
+        if hit is None:
+            hit = [t for t in itertools.product(tkey, repeat=arity) if mode == "cut" or self._applicable(op, t)]
+            self._types_cache[key] = hit
+        return hit
+
+    def _applicable(self, op: str, types: tuple) -> list:
+        """The attribute normal forms with which the operator applies to arguments of these types."""
+        key = (op, types)
+        hit = self._appl_cache.get(key)
+        if hit is None:
+            hit = [norm for norm in self._normal_attrs(op, list(types)) if self._infer(op, norm, types)]
+            self._appl_cache[key] = hit
+        return hit
+
+    def _infer(self, op: str, attrs: tuple, types: tuple):
+        """`infer_node`'s (attributes, output types), or False where the node does not apply (cached: the input
+        shapes are fixed, so this depends on the operator, its attributes and its argument types alone)."""
+        key = (op, attrs, types)
+        hit = self._infer_cache.get(key)
+        if hit is None:
+            try:
+                hit = infer_node(GNode(op, attrs, ()), list(types), self.shapes)
+            except (GraphError, ValueError, TypeError, IndexError, ZeroDivisionError):
+                hit = False
+            self._infer_cache[key] = hit
+        return hit
+
+    def _normal_attrs(self, op: str, types: list) -> list:
+        """The distinct normal forms (the registry's: SAME/VALID become pads at these shapes) of the operator's
+        attribute variants for these argument types."""
+        key = (op, tuple(types))
+        hit = self._norm_cache.get(key)
+        if hit is None:
+            hit, seen = [], set()
+            for attrs in attr_variants(op, types, self.attrs):
+                try:
+                    norm = tuple(sorted(OPS[op].make_attrs(resolve(attrs, self.shapes, types), types).items()))
+                except (GraphError, ValueError, TypeError, IndexError):
+                    continue
+                if any(isinstance(v, ShapeForm) for _k, v in attrs):  # kept as a form of the argument's shape
+                    norm = attrs
+                if norm not in seen:
+                    seen.add(norm)
+                    hit.append(norm)
+            self._norm_cache[key] = hit
+        return hit
 
     # ------------------------------------------------------------ search
     def _canonical(self, st: _State, node: GNode, key: str) -> bool:
@@ -263,9 +318,12 @@ class Enumerator:
         return all(key > k for k in st.keys[start:])
 
     def _push(self, st: _State, node: GNode) -> bool:
+        inferred = self._infer(node.op, node.attrs, tuple(st.type[a] for a in node.args))
+        if inferred is False:
+            return False
+        attrs, types = inferred
         try:
-            types, vals = apply_node(node, [st.type[a] for a in node.args], [st.value[a] for a in node.args],
-                                     st.shapes)
+            vals = compute_node(node, attrs, [st.value[a] for a in node.args], types)
         except (GraphError, ValueError, TypeError, IndexError, ZeroDivisionError):
             return False
         j = len(st.nodes)
@@ -283,11 +341,11 @@ class Enumerator:
         st.keys.pop()
         for o in range(n.n_outputs):
             ref = ("n", j, o)
-            for d in (st.type, st.value, st.dims, st.parts):
+            for d in (st.type, st.value, st.dims, st.parts, st.fp):
                 d.pop(ref, None)
 
     def roots(self) -> list:
-        """The possible first nodes (the enumeration's work units)."""
+        """The possible first nodes."""
         st = _State(self.pool, self.values)
         out = []
         for node in self.candidates(st, {}):
@@ -296,12 +354,44 @@ class Enumerator:
                 self._pop(st)
         return out
 
+    def units(self, depth: int) -> list:
+        """The enumeration's work units, in depth-first order: `(prefix, whole)` for every canonical graph
+        `prefix` of at most `depth` nodes; `whole` (a prefix of `depth` nodes, or of `max_ops`) stands for the
+        prefix and every graph that extends it, otherwise the unit is the prefix's graph alone. Together the units
+        give every graph once, and in `run`'s order when concatenated."""
+        depth = max(1, min(depth, self.max_ops))
+        st = _State(self.pool, self.values)
+        out: list = []
+
+        def walk() -> None:
+            for node in self._children(st, self._used(st)):
+                if len(st.nodes) + 1 == depth:
+                    out.append((tuple(st.nodes) + (node,), True))
+                    continue
+                self._push(st, node)
+                out.append((tuple(st.nodes), False))
+                walk()
+                self._pop(st)
+
+        walk()
+        return out
+
+    def run_unit(self, prefix: tuple, whole: bool) -> Iterator[Record]:
+        """The graphs of one unit (see `units`)."""
+        st = _State(self.pool, self.values)
+        for node in prefix:
+            if not self._push(st, node):
+                return
+        if whole:
+            yield from self._dfs(st, self._used(st))
+        else:
+            rec = self._record(st)
+            if rec is not None:
+                yield rec
+
     def run(self, root: GNode) -> Iterator[Record]:
         """Every canonical graph whose first node is `root`."""
-        st = _State(self.pool, self.values)
-        if not self._push(st, root):
-            return
-        yield from self._dfs(st, self._used(st))
+        return self.run_unit((root,), True)
 
     def _used(self, st: _State) -> dict:
         used: dict = {}
@@ -312,6 +402,16 @@ class Enumerator:
                     used[kind] = max(used.get(kind, 0), i + 1)
         return used
 
+    def _children(self, st: _State, used: dict) -> Iterator[GNode]:
+        """The nodes that extend the graph canonically and apply (each checked by pushing it, then popped)."""
+        for node in list(self.candidates(st, used)):
+            if not self._canonical(st, node, node.key()):
+                continue
+            if not self._push(st, node):
+                continue
+            self._pop(st)
+            yield node
+
     def _dfs(self, st: _State, used: dict) -> Iterator[Record]:
         rec = self._record(st)
         if rec is not None:
@@ -319,8 +419,7 @@ class Enumerator:
         if len(st.nodes) >= self.max_ops:
             return
         for node in list(self.candidates(st, used)):
-            key = node.key()
-            if not self._canonical(st, node, key):
+            if not self._canonical(st, node, node.key()):
                 continue
             if not self._push(st, node):
                 continue
@@ -332,10 +431,15 @@ class Enumerator:
         if not connected(nodes):
             return None
         outs = graph_outputs(nodes)
-        fps = tuple(fingerprint(st.value[r]) for r in outs)
+        fps = []
+        for r in outs:
+            f = st.fp.get(r)
+            if f is None:
+                f = st.fp[r] = fingerprint(st.value[r])
+            fps.append(f)
         if len(set(fps)) != len(fps):
             return None
-        return Record(nodes, tuple(outs), fps, graph_inputs(nodes))
+        return Record(nodes, tuple(outs), tuple(fps), graph_inputs(nodes))
 
     def input_fingerprints(self) -> dict:
         """Fingerprint -> input variable name (a graph equal to an input is an identity)."""

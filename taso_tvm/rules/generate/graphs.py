@@ -65,7 +65,7 @@ def n_outputs(op: str) -> int:
     return facet(op, GEN_OUTPUTS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GNode:
     """One operator application: operator name, attributes as sorted (key, value) pairs, argument refs."""
 
@@ -96,20 +96,33 @@ def resolve(attrs: tuple, shapes: dict, in_types: Optional[list] = None) -> dict
     return out
 
 
-def apply_node(node: GNode, in_types: list, in_values: list, shapes: dict) -> tuple[list, list]:
-    """(output types, output values) of one node; raises GraphError (or ValueError) if it does not apply."""
+def infer_node(node: GNode, in_types: list, shapes: dict) -> tuple[dict, list]:
+    """(normalized attributes, output types) of one node; raises GraphError (or ValueError) if it does not apply."""
     opdef = OPS[node.op]
     attrs = opdef.make_attrs(resolve(node.attrs, shapes, in_types), in_types)
     out_types = opdef.infer(in_types, attrs)
     for t in out_types:
         if any(not isinstance(d, int) or d < 1 for d in t.shape) or int(np.prod(t.shape)) > MAX_ELEMENTS:
             raise GraphError("degenerate or large output")
+    return attrs, out_types
+
+
+def compute_node(node: GNode, attrs: dict, in_values: list, out_types: list) -> list:
+    """The output values of one node whose attributes and output types `infer_node` gave; raises GraphError if a
+    value is not finite, huge or mis-shaped."""
     with np.errstate(all="ignore"):
-        vals = [np.asarray(v, dtype=np.float64) for v in opdef.numpy(in_values, attrs)]
+        vals = [np.asarray(v, dtype=np.float64) for v in OPS[node.op].numpy(in_values, attrs)]
     for v, t in zip(vals, out_types):
-        if v.shape != tuple(t.shape) or not np.all(np.isfinite(v)) or (v.size and np.abs(v).max() > MAX_MAGNITUDE):
+        # one reduction: NaN fails the comparison, an infinity exceeds the bound
+        if v.shape != tuple(t.shape) or (v.size and not np.abs(v).max() <= MAX_MAGNITUDE):
             raise GraphError("non-finite, huge or mis-shaped value")
-    return out_types, vals
+    return vals
+
+
+def apply_node(node: GNode, in_types: list, in_values: list, shapes: dict) -> tuple[list, list]:
+    """(output types, output values) of one node; raises GraphError (or ValueError) if it does not apply."""
+    attrs, out_types = infer_node(node, in_types, shapes)
+    return out_types, compute_node(node, attrs, in_values, out_types)
 
 
 def evaluate(nodes: tuple, shapes: dict, values: dict) -> dict:
