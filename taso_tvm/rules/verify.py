@@ -235,8 +235,9 @@ def _numpy_outputs(inst: Instance, tgt: TensorGraph, feeds: dict) -> list:
     store = inst.graph.store
     for v in inst.weight_vars:
         store.nodes[inst.match.tensors[v][0]].value = feeds[v]
-    a = inst.graph.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
-    b = tgt.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
+    with np.errstate(all="ignore"):  # a NaN or inf is compared like any value, not warned about
+        a = inst.graph.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
+        b = tgt.evaluate({k: feeds[k] for k in inst.rule.inputs if k not in inst.weight_vars})
     return [(np.asarray(x, np.float64), np.asarray(y, np.float64)) for x, y in zip(a, b)]
 
 
