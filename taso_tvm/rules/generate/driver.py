@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import multiprocessing
@@ -161,7 +162,8 @@ class _CheckpointUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):  # noqa: D102
         if module == "builtins" and name in self._BUILTINS:
             return super().find_class(module, name)
-        if module.startswith("taso_tvm.") or module == "collections" and name in ("OrderedDict", "Counter"):
+        if module.startswith("taso_tvm.rules.generate.") or module == "collections" and name in ("OrderedDict",
+                                                                                                   "Counter"):
             return super().find_class(module, name)
         if module.startswith("numpy") and name in ("_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"):
             return super().find_class(module, name)
@@ -298,7 +300,7 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
 
     def finished(unit: tuple, data: bytes, bar) -> None:
         ckpt.append(unit, data)
-        buckets.add(pickle.loads(data))
+        buckets.add(_CheckpointUnpickler(io.BytesIO(data)).load())  # read as the checkpoint will be
         bar.update(1, f"{buckets.graphs} graphs")
 
     def late() -> bool:
