@@ -36,8 +36,8 @@ def search_settings(args: argparse.Namespace) -> dict:
     try:
         s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
                              budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
-                             cost=getattr(args, "cost_backend", None), rules=rules)
-        SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}).validate()
+                             cost=getattr(args, "cost_backend", None), rules=rules, method=getattr(args, "search", None))
+        SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size", "method")}).validate()
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None
     s["target"] = parse_target(args.target) if getattr(args, "target", None) else None
@@ -178,15 +178,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.no_search:
         return _convert(proto, shapes, args)
     from .onnx_opt import PrepareError, optimize_onnx
+    from .relay_pass.settings import search_scope
 
     search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
     search["target"] = settings.get("target")
     inputs = _read_inputs(args.inputs) if args.inputs else None
     try:
-        out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes, inputs=inputs,
-                                          check=not args.no_check, time_check=not args.no_time_check,
-                                          time_cap=args.time_cap, threads=args.threads, rtol=args.rtol,
-                                          atol=args.atol)
+        with search_scope(method=settings["method"]):  # the ONNX optimizer makes the passes; they read it here
+            out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
+                                              inputs=inputs, check=not args.no_check,
+                                              time_check=not args.no_time_check, time_cap=args.time_cap,
+                                              threads=args.threads, rtol=args.rtol, atol=args.atol)
     except PrepareError as e:
         raise CLIError(str(e)) from None
     save_model(out_model, args.output)
@@ -514,7 +516,7 @@ def _trials(text: str) -> int:
 
 
 def add_model_commands(sub: Any) -> None:
-    from .search import SearchConfig
+    from .search import METHODS, SearchConfig
 
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
         p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '
@@ -526,6 +528,9 @@ def add_model_commands(sub: Any) -> None:
                            f"(default {SearchConfig.alpha})")
             p.add_argument("--budget", type=int, help=f"graphs expanded per region (default {SearchConfig.budget})")
             p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
+            p.add_argument("--search", choices=list(METHODS), help="the search: TASO's backtracking, equality "
+                           "saturation (e-graph; needs the egraph extra) or both, keeping the cheaper result "
+                           f"(default {SearchConfig.method})")
             p.add_argument("--rules", action="append", metavar="FILE",
                            help="a rule file to search with besides the shipped library, e.g. one written by "
                                 "`taso-tvm rules generate` (repeatable; every rule in it must verify)")

@@ -8,9 +8,11 @@ configured.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import yaml
 
@@ -18,6 +20,7 @@ from .. import errors as _errors
 from ..search.config import SearchConfig, check_setting
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
+_SCOPE: contextvars.ContextVar = contextvars.ContextVar("taso_tvm_search_scope", default={})
 SEARCH_DEFAULTS = SearchConfig.defaults()  # the settings users set, and their defaults
 
 
@@ -120,9 +123,27 @@ def load_named_rules(paths: list) -> Any:
     return RuleSet(rules, {r.name: v for r, v in zip(rules, results)})
 
 
+@contextlib.contextmanager
+def search_scope(**settings: Any) -> Iterator[None]:
+    """Search settings (e.g. `method="egraph"`) for every pass whose settings are resolved inside the block, above
+    the settings files and below a pass's own keywords: for callers that cannot reach the passes (the ONNX
+    optimizer builds one per region). None values are ignored."""
+    for k, v in settings.items():
+        if k not in SEARCH_DEFAULTS:
+            raise SettingsError(_errors.unknown_key("search setting", k, SEARCH_DEFAULTS, ""))
+        why = check_setting(k, v) if v is not None else ""
+        if why:
+            raise SettingsError(f"search setting '{k}' {why}")
+    token = _SCOPE.set({**_SCOPE.get(), **{k: v for k, v in settings.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
 def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:
-    """Merge defaults, $TASO_TVM_CONFIG, `config` and explicit (non-None) settings into one flat dict with keys
-    alpha, budget, time_limit, region_size, cost, rules."""
+    """Merge defaults, $TASO_TVM_CONFIG, `config`, an enclosing `search_scope` and explicit (non-None) settings
+    into one flat dict with keys alpha, budget, time_limit, region_size, method, cost, rules."""
     out: dict = dict(SEARCH_DEFAULTS, cost=None, rules=None)
     for path in (os.environ.get(CONFIG_ENV), config):
         if path:
@@ -131,6 +152,7 @@ def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:
             for k in ("cost", "rules"):
                 if s[k] is not None:
                     out[k] = s[k]
+    out.update(_SCOPE.get())
     cost = explicit.get("cost")
     if isinstance(cost, str) and isinstance(out["cost"], str) and _is_backend(cost) and not _is_backend(out["cost"]):
         # a backend named on top of a settings file: that file's other cost settings (cache, target...) still hold

@@ -116,16 +116,19 @@ class TasoOptimize:
     check: build the module before and after for llvm, run both on random inputs (symbolic dims bound to 1) and
            raise `taso_tvm.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
            (the rules of `taso_tvm.check`). Off by default: it costs two builds.
+    method: the search, "backtrack" (TASO's, the default), "egraph" (equality saturation, needs the `egraph`
+           extra) or "both" (the cheaper result); also `search: {method: ...}` in a settings file.
     """
 
     def __init__(self, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
                  budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
                  target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm",
-                 check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL):
+                 check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL,
+                 method: Optional[str] = None):
         s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
-                             region_size=region_size)
+                             region_size=region_size, method=method)
         self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
-                                   region_size=s["region_size"]).validate()
+                                   region_size=s["region_size"], method=s["method"]).validate()
         if runtime not in ("tvm", "onnx"):
             raise ValueError(f"runtime must be 'tvm' or 'onnx', got {runtime!r}")
         self._rules_arg, self._cost_arg, self._target, self._runtime = s["rules"], s["cost"], target, runtime

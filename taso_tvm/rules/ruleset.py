@@ -49,6 +49,7 @@ class RuleSet:
             for op, n in need.items():
                 self._cap[op] = max(self._cap.get(op, 0), n)
         self._selected: dict[frozenset, tuple] = {}  # graph signature -> the rules that may match, in order
+        self._rewrites: Optional[tuple] = None
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -101,8 +102,27 @@ class RuleSet:
         """The graph with one match rewritten, or None when the target does not build there or makes a cycle."""
         return apply_match(rule, graph, match)
 
+    def pattern_rewrites(self) -> tuple:
+        """(the rules as e-graph rewrites (`eqsat.PatternRewrite`), a RuleSet of those that cannot be, left to the
+        backtracking search). Built once; each untranslatable rule is named in the log once per process."""
+        if self._rewrites is None:
+            from .eqsat import pattern_rewrites
+
+            rewrites, skipped = pattern_rewrites(self.rules)
+            for name, why in skipped.items():
+                if name not in _SKIP_LOGGED:
+                    _SKIP_LOGGED.add(name)
+                    log.warning("rule %s is not run by the e-graph search (%s); the backtracking search runs it",
+                                name, why)
+            self._rewrites = (tuple(rewrites), RuleSet([r for r in self.rules if r.name in skipped],
+                                                       {n: v for n, v in self.results.items() if n in skipped}))
+        return self._rewrites
+
     def __repr__(self) -> str:
         return f"RuleSet({len(self.rules)} rules)"
+
+
+_SKIP_LOGGED: set = set()  # names of untranslatable rules already logged
 
 
 def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False, jobs: Optional[int] = None,

@@ -1,4 +1,6 @@
-"""Cost-based backtracking search over verified rules (TASO), region by region for large graphs."""
+"""The search for a cheaper equivalent graph over verified rules: TASO's cost-based backtracking, region by region
+for large graphs (`backtrack.py`, `regions.py`), or equality saturation with extraction under the cost model
+(`egraph/`, Tensat's method), or both (`SearchConfig.method`)."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +9,7 @@ from typing import Callable, Optional
 
 from ..graph import TensorGraph
 from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
-from .config import SearchConfig
+from .config import METHODS, SearchConfig
 from .regions import search_by_regions
 
 log = logging.getLogger(__name__)
@@ -17,13 +19,40 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
                    prefetch: Optional[Callable[[list], None]] = None) -> tuple[TensorGraph, SearchStats]:
     """Search for a cheaper equivalent of `graph`. Returns the best graph and aggregate statistics.
 
-    `cost` may be a callable or a cost model object (its `graph_cost`, and its `prefetch` to batch new kernels)."""
+    `cost` may be a callable or a cost model object (its `graph_cost`, and its `prefetch` to batch new kernels).
+    `config.method` picks the search: backtracking (region by region), the e-graph (`search.egraph`; `rules` must
+    offer `pattern_rewrites()`, as a `RuleSet` does), or both, keeping the cheaper graph (the backtracking one on
+    a tie)."""
     if hasattr(cost, "graph_cost"):
         prefetch = prefetch or getattr(cost, "prefetch", None)
         cost = cost.graph_cost
     cfg = (config or SearchConfig()).validate()
     t0 = time.monotonic()
     deadline = None if cfg.time_limit is None else t0 + cfg.time_limit
+    if cfg.method == "egraph":
+        from .egraph import egraph_search
+
+        return egraph_search(graph, rules, cost, cfg.egraph, prefetch=prefetch, deadline=deadline)
+    best, total = _backtrack(graph, rules, cost, cfg, deadline, prefetch)
+    if cfg.method == "both":
+        from .egraph import egraph_search
+
+        eg_best, eg_stats = egraph_search(graph, rules, cost, cfg.egraph, prefetch=prefetch, deadline=deadline)
+        if eg_stats.cost_after < total.cost_after or (eg_stats.cost_after <= total.cost_after * (1 + 1e-12) and
+                                                      eg_best.num_runtime_ops < best.num_runtime_ops):
+            eg_stats.seconds = time.monotonic() - t0
+            log.info("search (both): the e-graph's graph is cheaper (%.4g < %.4g)", eg_stats.cost_after,
+                     total.cost_after)
+            return eg_best, eg_stats
+        total.egraph = eg_stats.egraph
+        total.seconds = time.monotonic() - t0
+    return best, total
+
+
+def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchConfig, deadline: Optional[float],
+               prefetch: Optional[Callable[[list], None]]) -> tuple[TensorGraph, SearchStats]:
+    """TASO's backtracking search, region by region."""
+    t0 = time.monotonic()
     start_cost = cost(graph)
     total = SearchStats(start_cost, start_cost, graph.num_runtime_ops, graph.num_runtime_ops)
 
@@ -50,4 +79,4 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
     return best, total
 
 
-__all__ = ["SearchConfig", "SearchStats", "optimize_graph", "backtracking_search", "CostFn", "RuleSource"]
+__all__ = ["SearchConfig", "SearchStats", "optimize_graph", "backtracking_search", "CostFn", "RuleSource", "METHODS"]

@@ -46,6 +46,7 @@ class SearchStats:
     seconds: float = 0.0
     stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt
     rules_applied: Counter = field(default_factory=Counter)  # along the path to the best graph
+    egraph: Any = None  # the e-graph search's report (`egraph.EGraphReport`), when it ran
 
     def merge(self, other: "SearchStats") -> None:
         self.expanded += other.expanded

@@ -8,7 +8,9 @@ from typing import Any, Optional
 MAX_OPS_SLACK = 4  # operators a candidate may add beyond max_ops_ratio x the start (room on tiny graphs)
 
 # the settings users set (config files, command line, API), with the words their messages use
-USER_SETTINGS = {"alpha": "alpha", "budget": "budget", "time_limit": "time limit", "region_size": "region size"}
+USER_SETTINGS = {"alpha": "alpha", "budget": "budget", "time_limit": "time limit", "region_size": "region size",
+                 "method": "search method"}
+METHODS = ("backtrack", "egraph", "both")  # TASO's backtracking, equality saturation (Tensat's), both (the cheaper)
 
 
 def check_setting(name: str, v: Any) -> str:
@@ -22,6 +24,8 @@ def check_setting(name: str, v: Any) -> str:
         return f"must be a positive number of seconds, got {v!r}"
     if name == "region_size" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 4):
         return f"must be an integer >= 4, got {v!r}"
+    if name == "method" and v not in METHODS:
+        return f"must be one of {', '.join(METHODS)}, got {v!r}"
     return ""
 
 
@@ -30,13 +34,17 @@ class SearchConfig:
     """Search settings. `alpha`: keep a candidate costing below alpha x the best; `budget`: graphs expanded per
     region; `time_limit` (s): for the whole search; `region_size`: the operator count above which a graph is
     searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
-    (plus `MAX_OPS_SLACK`)."""
+    (plus `MAX_OPS_SLACK`); `method`: `backtrack` (TASO's search, the settings above), `egraph` (equality
+    saturation and extraction, `search.egraph`, whose limits are `egraph`, an `EGraphConfig`; None: its
+    defaults) or `both` (each, keeping the graph the cost model prefers)."""
 
     alpha: float = 1.05
     budget: int = 10
     time_limit: Optional[float] = None
     region_size: int = 32
     max_ops_ratio: float = 1.5
+    method: str = "backtrack"
+    egraph: Any = None
 
     def validate(self) -> "SearchConfig":
         """Raise ValueError naming the first setting out of its range."""
