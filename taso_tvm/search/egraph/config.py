@@ -27,7 +27,9 @@ class EGraphConfig:
     `extraction`: `ilp` (exact, HiGHS, Tensat's formulation) or `greedy`; `ilp_time_limit`: seconds for the
     solver, after which its best solution or the greedy one is used; `fusion_costs`: cost an e-node by what it adds
     to a kernel fused with its producer (see `costs.py`) instead of as a kernel of its own; `refine_time`: seconds
-    of local search over the extracted graph under the cost model itself (`extract.refine`; 0: none)."""
+    of local search over the extracted graph under the cost model itself (`extract.refine`; 0: none), at most as
+    long as the search before it took; `ilp_cycles`: `order` (Tensat's ordering constraints) or `lazy` (cycles
+    cut as the solver meets them; the same optimum, faster where few cycles are chosen: `extract.ilp`)."""
 
     node_limit: int = 20000
     iter_limit: int = 12
@@ -37,6 +39,7 @@ class EGraphConfig:
     ilp_time_limit: float = 10.0
     fusion_costs: bool = True
     refine_time: float = 2.0
+    ilp_cycles: str = "lazy"
 
     def validate(self) -> "EGraphConfig":
         """Raise ValueError naming the first setting out of its range."""
@@ -52,6 +55,8 @@ class EGraphConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"e-graph {name.replace('_', ' ')} must be a positive number of seconds, got {v!r}")
+        if self.ilp_cycles not in ("order", "lazy"):
+            raise ValueError(f"e-graph ILP cycles must be order or lazy, got {self.ilp_cycles!r}")
         if self.extraction not in EXTRACTIONS:
             raise ValueError(f"e-graph extraction must be one of {', '.join(EXTRACTIONS)}, got {self.extraction!r}")
         return self

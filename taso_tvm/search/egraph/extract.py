@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import heapq
+import os
 import logging
 import math
 import time
@@ -35,6 +36,8 @@ from .egraph_view import EGraphView
 log = logging.getLogger(__name__)
 
 CYCLE_BIG_M = 2.0
+LAZY_ROUNDS = 40  # cycle cuts before the ILP is solved again with Tensat's ordering constraints
+MIP_GAP = 0.0
 
 
 class ExtractionError(GraphError):
@@ -161,8 +164,13 @@ def dag_cost(view: EGraphView, costs: ENodeCosts, choice: dict) -> float:
 
 
 def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction,
-        fixed: Optional[dict] = None) -> Extraction:
-    """Tensat's ILP extraction with HiGHS (see the module docstring); `warm` is the start and the fallback."""
+        fixed: Optional[dict] = None, cycles: str = "lazy") -> Extraction:
+    """Tensat's ILP extraction with HiGHS (see the module docstring); `warm` is the start and the fallback.
+
+    `cycles`: "order" adds Tensat's ordering variables and constraints up front; "lazy" solves without them and,
+    while the chosen e-nodes contain a cycle, forbids that cycle (the sum of its e-nodes' x <= its length - 1) and
+    solves again, falling back to "order" after `LAZY_ROUNDS`. Both give the same optimum: a solution is
+    acyclic under either, and the cuts remove only cyclic choices."""
     import highspy
 
     t0 = time.monotonic()
@@ -193,6 +201,7 @@ def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction
     for i in nodes:
         by_class[view.enodes[i].cls].append(col_of_node[i])
     eps = 1.0 / (nc + 1)
+    order = cycles == "order"
     rows_lo, rows_hi, starts, idx, val = [], [], [], [], []
 
     def row(lo: float, hi: float, entries: list) -> None:
@@ -217,9 +226,9 @@ def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction
             if h in fixed:
                 continue
             row(-inf, 0.0, [(xi, 1.0)] + [(j, -1.0) for j in by_class[h]])
-            # t_c - t_h - A x_n >= eps - A
-            row(eps - CYCLE_BIG_M, inf, [(nx + col_of_class[n.cls], 1.0), (nx + col_of_class[h], -1.0),
-                                         (xi, -CYCLE_BIG_M)])
+            if order:  # t_c - t_h - A x_n >= eps - A
+                row(eps - CYCLE_BIG_M, inf, [(nx + col_of_class[n.cls], 1.0), (nx + col_of_class[h], -1.0),
+                                             (xi, -CYCLE_BIG_M)])
     ycol = nx + nc  # pair variables after the classes' order variables
     as_producer: dict = {}
     as_consumer: dict = {}
@@ -234,9 +243,9 @@ def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction
             row(-inf, 1.0, [(y, 1.0) for y in ys])
     with quiet():  # the first solver of a process prints HiGHS's banner on stdout
         h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h.setOptionValue("output_flag", os.environ.get("TASO_HIGHS_LOG") == "1")
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
-    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_rel_gap", MIP_GAP)
     h.setOptionValue("mip_abs_gap", 1e-9)
     h.setOptionValue("threads", 1)
     ncol = nx + nc + npair
@@ -259,22 +268,38 @@ def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction
                        [highspy.HighsVarType.kInteger] * npair)
     h.passModel(lp)
     start = _warm_start(view, warm, nodes, col_of_node, classes, col_of_class, pairs)
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = start
-        sol.value_valid = True
-        h.setSolution(sol)
-    h.run()
-    status = h.modelStatusToString(h.getModelStatus())
-    info = h.getInfo()
-    values = list(h.getSolution().col_value) if info.primal_solution_status == 2 else None  # 2: feasible
-    if values is None:
-        return Extraction(dict(warm.choice), warm.cost, "ilp", f"fallback: greedy ({status}, no solution)",
-                          time.monotonic() - t0)
-    choice = dict(fixed)
-    for i in nodes:
-        if values[col_of_node[i]] > 0.5:
-            choice.setdefault(view.enodes[i].cls, i)
+    end = t0 + time_limit
+    rounds = 0
+    while True:
+        if start is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = start
+            sol.value_valid = True
+            h.setSolution(sol)
+        h.setOptionValue("time_limit", float(max(end - time.monotonic(), 0.01)))
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        info = h.getInfo()
+        values = list(h.getSolution().col_value) if info.primal_solution_status == 2 else None  # 2: feasible
+        if values is None:
+            return Extraction(dict(warm.choice), warm.cost, "ilp", f"fallback: greedy ({status}, no solution)",
+                              time.monotonic() - t0)
+        choice = dict(fixed)
+        for i in nodes:
+            if values[col_of_node[i]] > 0.5:
+                choice.setdefault(view.enodes[i].cls, i)
+        if order:
+            break
+        cycle = _chosen_cycle(view, choice)
+        if cycle is None:
+            break
+        rounds += 1
+        if rounds > LAZY_ROUNDS or time.monotonic() > end:
+            return ilp(view, costs, max(end - time.monotonic(), 0.01), warm, fixed, "order")
+        cut = sorted({col_of_node[choice[c]] for c in cycle})
+        h.addRow(-inf, float(len(cut) - 1), len(cut), np.array(cut, dtype=np.int32), np.ones(len(cut)))
+    if rounds:
+        status += f" ({rounds} cycle cuts)"
     try:
         needed = reachable(view, choice, view.roots)
     except ExtractionError as e:  # cannot happen with the cycle constraints; kept as a guard
@@ -282,6 +307,34 @@ def ilp(view: EGraphView, costs: ENodeCosts, time_limit: float, warm: Extraction
         return Extraction(dict(warm.choice), warm.cost, "ilp", f"fallback: greedy ({e})", time.monotonic() - t0)
     choice = {c: choice[c] for c in needed}
     return Extraction(choice, dag_cost(view, costs, choice), "ilp", status, time.monotonic() - t0)
+
+
+def _chosen_cycle(view: EGraphView, choice: dict) -> Optional[list]:
+    """The classes of a cycle among the chosen e-nodes (all of them, reachable from the roots or not), or None."""
+    kids = view.unique_children
+    state: dict = {}
+    for r in choice:
+        if r in state:
+            continue
+        state[r] = 1
+        path = [r]
+        stack = [iter(kids[choice[r]])]
+        while stack:
+            for h in stack[-1]:
+                if h not in choice:
+                    continue
+                s = state.get(h)
+                if s is None:
+                    state[h] = 1
+                    path.append(h)
+                    stack.append(iter(kids[choice[h]]))
+                    break
+                if s == 1:
+                    return path[path.index(h):]
+            else:
+                stack.pop()
+                state[path.pop()] = 2
+    return None
 
 
 def _warm_start(view: EGraphView, warm: Extraction, nodes: list, col_of_node: dict, classes: list,
@@ -338,17 +391,22 @@ REFINE_WINDOW = 0.01  # moves whose predicted cost rises by more than this share
 def refine(view: EGraphView, costs: ENodeCosts, start: Extraction, base: Extraction, cost_fn, store: NodeStore,
            deadline: float, fixed: dict) -> tuple[Extraction, TensorGraph, float, int]:
     """Local search over the extraction under the cost function itself (the partitioned, measured cost that the
-    e-node costs approximate): change one class's e-node at a time (classes it needs that the graph lacks get the
-    e-nodes that add least, by `base`'s tree costs: `_complete`), keep a change that lowers the cost, until no change helps or `deadline`
-    (time.monotonic()). The moves tried are those whose predicted (e-node cost) change is below
-    `REFINE_WINDOW` of the total, in the order of that change: they are where the prediction may be wrong.
-    Returns (extraction, its graph, its cost, moves accepted)."""
+    e-node costs approximate), until no move helps or `deadline` (time.monotonic()). A move changes one class's
+    e-node (classes it needs that the graph lacks get the e-nodes that add least: `_complete`), or, for an output
+    of a tuple (a split after a merge), every class in the graph that holds an output of that tuple: a merge pays
+    only when all its outputs are used. Moves whose predicted change is below `REFINE_WINDOW` of the total are
+    tried in the order of that change (they are where the prediction may be wrong); one that lowers the cost
+    function is kept. Returns (extraction, its graph, its cost, moves kept)."""
     best = base.best
     cur = dict(start.choice)
     graph = materialize(view, cur, store)
     cur_cost = cost_fn(graph)
     accepted = 0
     tried: set = set()
+    gets: dict = {}  # tuple class -> [(class, its Get e-node of that tuple)]
+    for j, n in enumerate(view.enodes):
+        if n.kind == "get":
+            gets.setdefault(n.children[0], []).append((n.cls, j))
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
@@ -370,19 +428,30 @@ def refine(view: EGraphView, costs: ENodeCosts, start: Extraction, base: Extract
             if c in fixed:
                 continue
             for i in view.nodes_of[c]:
-                if i == cur[c] or (c, i) in tried or not math.isfinite(costs.solo[i]) or c in view.enodes[i].children:
+                if i == cur[c] or not math.isfinite(costs.solo[i]) or c in view.enodes[i].children:
                     continue
-                d = _delta(view, cur, refs, costs, eff, best, c, i)
+                n = view.enodes[i]
+                group = ((c, i),)
+                if n.kind == "get":
+                    group = tuple(sorted({(h, j) for h, j in gets[n.children[0]] if h in cur and cur[h] != j}
+                                         | {(c, i)}))
+                if group in tried:
+                    continue
+                if len(group) == 1:
+                    d = _delta(view, cur, refs, costs, eff, best, c, i)
+                else:
+                    trial = _move(view, cur, costs, best, group)
+                    d = math.inf if trial is None else dag_cost(view, costs, trial) - pred_now
                 if d <= window:
-                    moves.append((d, c, i))
+                    moves.append((d, group))
         moves.sort()
-        for _, c, i in moves:
+        for _, group in moves:
             if time.monotonic() > deadline:
                 break
-            if cur.get(c) == i or c not in cur:
+            if any(cur.get(c) == i or c not in cur for c, i in group):
                 continue
-            tried.add((c, i))
-            trial = _move(view, cur, costs, best, c, i)
+            tried.add(group)
+            trial = _move(view, cur, costs, best, group)
             if trial is None:
                 continue
             g = materialize(view, trial, store)
@@ -448,13 +517,14 @@ def _delta(view: EGraphView, cur: dict, refs: dict, costs: ENodeCosts, eff, best
     return d
 
 
-def _move(view: EGraphView, cur: dict, costs: ENodeCosts, best: list, c: int, i: int) -> Optional[dict]:
-    """`cur` with class c's e-node i (new classes it needs take their greedy terms), trimmed to what the roots
-    reach; None when that closes a cycle."""
+def _move(view: EGraphView, cur: dict, costs: ENodeCosts, best: list, group: tuple) -> Optional[dict]:
+    """`cur` with each class c of `group` taking its e-node i (new classes they need get e-nodes by
+    `_complete`), trimmed to what the roots reach; None when that closes a cycle."""
     trial = dict(cur)
-    trial[c] = i
-    for h in view.enodes[i].children:
-        _complete(view, trial, costs, best, h)
+    trial.update(group)
+    for _, i in group:
+        for h in view.enodes[i].children:
+            _complete(view, trial, costs, best, h)
     try:
         order = reachable(view, trial, view.roots)
     except ExtractionError:

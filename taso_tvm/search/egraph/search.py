@@ -19,6 +19,9 @@ from .extract import Extraction, fixed_classes, greedy, ilp, materialize, refine
 
 log = logging.getLogger(__name__)
 
+REFINE_SHARE = 1.0  # the local search takes at most this share of the time the search took before it
+REFINE_MIN = 0.25  # ... and at least these seconds (within `EGraphConfig.refine_time`)
+
 
 @dataclass
 class EGraphReport:
@@ -109,7 +112,7 @@ def egraph_search(graph: TensorGraph, rules: Any, cost: Callable, config: Option
     fixed = fixed_classes(view)
     candidates: list[Extraction] = [greedy(view, costs, fixed)]
     if cfg.extraction == "ilp":
-        candidates.append(ilp(view, costs, cfg.ilp_time_limit, candidates[0], fixed))
+        candidates.append(ilp(view, costs, cfg.ilp_time_limit, candidates[0], fixed, cfg.ilp_cycles))
         rep.ilp_status = candidates[1].status
     best, best_cost, kept, kept_graph, kept_cost = graph, start_cost, None, None, math.inf
     for ex in candidates:
@@ -124,7 +127,8 @@ def egraph_search(graph: TensorGraph, rules: Any, cost: Callable, config: Option
     rep.seconds_extract = time.monotonic() - t2
     if cfg.refine_time > 0 and kept is not None:
         t3 = time.monotonic()
-        end = t3 + cfg.refine_time if deadline is None else min(t3 + cfg.refine_time, deadline)
+        budget = min(cfg.refine_time, max(REFINE_SHARE * (t3 - t0), REFINE_MIN))
+        end = t3 + budget if deadline is None else min(t3 + budget, deadline)
         kept, kept_graph, kept_cost, rep.refine_moves = refine(view, costs, kept, candidates[0], cost, graph.store,
                                                                end, fixed)
         rep.refined_cost = kept_cost
