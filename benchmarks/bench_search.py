@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--peers", nargs="*", default=None, help="peer model names (default: all in the manifest)")
     ap.add_argument("--rules", nargs="*", default=[], help="rule files added to the library (e.g. generated)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--md", default=None, help="--compare: write the table as markdown")
     args = ap.parse_args()
     if args.compare:
         return main_compare(args)
@@ -239,6 +240,26 @@ def main_compare(args) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown_table(rows))
+
+
+def markdown_table(rows: list) -> str:
+    """The comparison as a markdown table (costs in the cost model's ms, summed over a model's graphs)."""
+    head = ("| model | ops | cost before | backtrack | backtrack 10x | e-graph greedy | e-graph ILP | e-graph | "
+            "e-graph vs backtrack | s backtrack | s 10x | s e-graph | e-nodes | prediction error | rules applied: "
+            "backtrack / e-graph |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        err = (r["predicted"] - r["actual"]) / r["actual"] * 100 if r["actual"] else float("nan")
+        rel = (r["eg"] / r["bt"] - 1) * 100 if r["bt"] else float("nan")
+        lines.append(f"| {r['model']} | {r['ops']} | {r['before']:.6g} | {r['bt']:.6g} | {r['bt10']:.6g} | "
+                     f"{r['eg_greedy']:.6g} | {r['eg_ilp']:.6g} | {r['eg']:.6g} | {rel:+.4f} % | {r['s_bt']:.2f} | "
+                     f"{r['s_bt10']:.2f} | {r['s_eg']:.2f} | {r['enodes']} | "
+                     f"{'-' if err != err else f'{err:+.2f} %'} | {_fmt_rules(r['rules_bt'])} / "
+                     f"{_fmt_rules(r['rules_eg'])} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

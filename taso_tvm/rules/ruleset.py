@@ -109,11 +109,14 @@ class RuleSet:
             from .eqsat import pattern_rewrites
 
             rewrites, skipped = pattern_rewrites(self.rules)
+            by_reason: dict = {}
             for name, why in skipped.items():
                 if name not in _SKIP_LOGGED:
                     _SKIP_LOGGED.add(name)
-                    log.warning("rule %s is not run by the e-graph search (%s); the backtracking search runs it",
-                                name, why)
+                    by_reason.setdefault(why, []).append(name)
+            for why, names in by_reason.items():
+                log.warning("%d rule(s) not run by the e-graph search (%s), the backtracking search runs them: %s",
+                            len(names), why, ", ".join(names))
             self._rewrites = (tuple(rewrites), RuleSet([r for r in self.rules if r.name in skipped],
                                                        {n: v for n, v in self.results.items() if n in skipped}))
         return self._rewrites

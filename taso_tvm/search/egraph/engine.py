@@ -64,6 +64,7 @@ _PRELUDE = """
 (rule ((= e (Weight i))) ((IsW e)) :ruleset ana)
 """
 LEAF_CTORS = ("Input", "Weight")
+_PARSED: dict = {}  # declaration text -> its parsed egglog commands
 NOT_ENODES = ("Ref", "TRef")  # class names, not operators
 
 
@@ -235,7 +236,7 @@ class TensorEGraph:
         """Send the pending declarations (program text, parsed one at a time: each is short) and the pending
         actions (one query-less rule, run once)."""
         if self._pending:
-            cmds = [c for text in self._pending for c in self.eg.parse_program(text)]
+            cmds = [c for text in self._pending for c in self._parse(text)]
             self._pending = []
             self.eg.run_program(*cmds)
         if self._acts:
@@ -245,6 +246,17 @@ class TensorEGraph:
             acts, self._acts = self._acts, []
             self.eg.run_program(B.AddRuleset(S, name), B.RuleCommand(B.Rule(S, acts, [], name, name)),
                                 B.RunSchedule(B.Run(S, B.RunConfig(name, None))))
+
+    def _parse(self, text: str) -> list:
+        """egglog commands of a declaration, parsed once per process (searches of many regions declare the same
+        sorts, constructors and rule queries)."""
+        cmds = _PARSED.get(text)
+        if cmds is None:
+            cmds = self.eg.parse_program(text)
+            if len(_PARSED) > 20000:
+                _PARSED.clear()
+            _PARSED[text] = cmds
+        return cmds
 
     def _ref(self, k: int, sort: str = "Ref") -> Any:
         B, S = self._b, self._span
