@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 REFINE_SHARE = 1.0  # the local search takes at most this share of the time the search took before it
 REFINE_MIN = 0.25  # ... and at least these seconds (within `EGraphConfig.refine_time`)
+ILP_MIN_SECONDS = 0.5  # the solver's time when the search's time limit has run out (its start is the greedy one)
 
 
 @dataclass
@@ -112,7 +113,9 @@ def egraph_search(graph: TensorGraph, rules: Any, cost: Callable, config: Option
     fixed = fixed_classes(view)
     candidates: list[Extraction] = [greedy(view, costs, fixed)]
     if cfg.extraction == "ilp":
-        candidates.append(ilp(view, costs, cfg.ilp_time_limit, candidates[0], fixed, cfg.ilp_cycles))
+        limit = cfg.ilp_time_limit if deadline is None else max(min(cfg.ilp_time_limit, deadline - time.monotonic()),
+                                                                  ILP_MIN_SECONDS)
+        candidates.append(ilp(view, costs, limit, candidates[0], fixed, cfg.ilp_cycles))
         rep.ilp_status = candidates[1].status
     best, best_cost, kept, kept_graph, kept_cost = graph, start_cost, None, None, math.inf
     for ex in candidates:
