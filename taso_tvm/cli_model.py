@@ -36,7 +36,8 @@ def search_settings(args: argparse.Namespace) -> dict:
     try:
         s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
                              budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
-                             cost=getattr(args, "cost_backend", None), rules=rules, method=getattr(args, "search", None))
+                             cost=getattr(args, "cost_backend", None), rules=rules,
+                             method=getattr(args, "search", None))
         SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size", "method")}).validate()
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from ..graph import GraphError, TensorGraph
 from ..graph.tensor_graph import NodeStore

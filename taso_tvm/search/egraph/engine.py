@@ -132,13 +132,11 @@ class _RuleQuery:
         self.rel = f"M{idx}"
         cols: list[str] = []  # egglog variable per column
         sorts: list[str] = []
-        self.kinds: list[tuple] = []  # ('var', name) | ('out', node, output) | ('tup', node) | ('attr', node)
         var_col: dict[str, int] = {}
         for v in rw.variables:
             var_col[v] = len(cols)
             cols.append(f"v_{v}")
             sorts.append("T")
-            self.kinds.append(("var", v))
         self.out_col: dict[tuple, int] = {}
         self.tup_col: dict[int, int] = {}
         self.attr_col: dict[int, int] = {}
@@ -150,16 +148,13 @@ class _RuleQuery:
                 self.tup_col[i] = len(cols)
                 cols.append(f"t{i}")
                 sorts.append("Tup")
-                self.kinds.append(("tup", i))
             for o in (p.used_outputs if ctor.tup else (0,)):
                 self.out_col[(i, o)] = len(cols)
                 cols.append(f"n{i}_{o}")
                 sorts.append("T")
-                self.kinds.append(("out", i, o))
             self.attr_col[i] = len(cols)
             cols.append(f"a{i}")
             sorts.append("i64")
-            self.kinds.append(("attr", i))
         self.var_col = var_col
         self.ncols = len(cols)
         self.decl = f"(relation {self.rel} ({' '.join(sorts)}))"
@@ -383,7 +378,6 @@ class TensorEGraph:
         end = t0 + cfg.time_limit
         if deadline is not None:
             end = min(end, deadline)
-        snap = None
         try:
             while True:
                 if st.iterations >= cfg.iter_limit:
@@ -394,7 +388,7 @@ class TensorEGraph:
                     break
                 sched = "(run-schedule (saturate (run ana)) (run rw)" + (
                     " (run rwmulti)" if st.iterations < cfg.multi_iters else "") + ")"
-                self.eg.run_program(*self.eg.parse_program(sched))
+                self.eg.run_program(*self._parse(sched))
                 snap = self.snapshot()
                 changed = self._apply_round(snap, end)
                 st.iterations += 1
@@ -411,7 +405,7 @@ class TensorEGraph:
             self._pending, self._acts = [], []
             log.warning("e-graph saturation interrupted: extracting from what it holds")
         self._flush()
-        self.eg.run_program(*self.eg.parse_program("(run-schedule (saturate (run ana)))"))
+        self.eg.run_program(*self._parse("(run-schedule (saturate (run ana)))"))
         st.seconds = time.monotonic() - t0
         return st
 
