@@ -18,6 +18,7 @@ from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
 from .region import RegionResult, region_model, relax_boundary, search_region
+from .shape_reads import rewire_shape_reads
 from .splice import PREFIX, splice
 
 log = logging.getLogger(__name__)
@@ -161,13 +162,15 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
                   threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False,
-                  inputs: Optional[Mapping[str, np.ndarray]] = None) -> tuple[onnx.ModelProto, OnnxReport]:
+                  inputs: Optional[Mapping[str, np.ndarray]] = None,
+                  standard_ops: bool = False) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
     settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
     shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
     inputs: sample inputs (name -> array) for the checks, where random ones would not do (a sample rate, token
     ids); their shapes set the binding when `shapes` does not.
+    standard_ops: write default-domain ONNX operators only (ONNX Runtime's fused operators are not used).
     check: the whole-model numeric check (regions are always checked). strict: a region or model that fails its
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
@@ -181,13 +184,15 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     if fix_shapes:
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
+    users_model = model
+    model, _ = rewire_shape_reads(model)  # kept only if some region is rewritten
     first = make_binding(model, shapes)
     second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
         report.decision = ("original: the model does not run at any second value of its symbolic dims "
                            f"({', '.join(first.dims)}), so no rewrite could be checked for them")
         report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
-        return model, report
+        return users_model, report
     prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
@@ -203,11 +208,11 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
             result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol,
-                                     strict)
+                                     strict, standard_ops)
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
-            check_onnx(model, result, feeds, rtol=rtol, atol=atol)
+            check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
@@ -218,15 +223,17 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         from ..timing import compare_onnx
 
         feeds = feeds_at(model, prep.first.binding, inputs, seed)
-        report.timing = compare_onnx(model, result, feeds, threads=threads, time_cap=time_cap)
+        report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
         if report.timing.verdict != "faster":
             report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
                                f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
             result = model
     if result is not model:
         report.decision = f"optimized: {len(report.accepted)} region(s) rewritten"
-    elif not report.decision:
-        report.decision = "original: no rewrite was found"
+    else:
+        result = users_model
+        if not report.decision:
+            report.decision = "original: no rewrite was found"
     report.seconds = time.monotonic() - t0
     return result, report
 
@@ -269,7 +276,7 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optiona
 
 def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures: list[Capture],
                     sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float,
-                    strict: bool) -> onnx.ModelProto:
+                    strict: bool, standard_ops: bool = False) -> onnx.ModelProto:
     from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
     from ..relay_pass.settings import resolve_settings
 
@@ -277,6 +284,7 @@ def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures:
     rules = _resolve_rules(s["rules"])
     cost, owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
     search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
+    search["standard_ops"] = standard_ops
     replacements = []
     try:
         for rm in rms:

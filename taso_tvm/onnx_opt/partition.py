@@ -4,6 +4,9 @@ A node is *searchable* when it survives folding, is in the default domain, has n
 that depends on a symbolic dim, TVM's ONNX frontend imports it alone at the bound shapes and the exporter writes
 it back (tried once per distinct signature), and, in a model with symbolic dims, what is written back is the same
 at both bindings (TVM resolves Flatten, Reshape's -1 or Slice ends to numbers: those nodes would bake the dim in).
+In a model with symbolic dims, reshapes are written relative to their input (the leading dims they keep as 0, the
+first other as -1), so a Reshape whose target shape is computed from a symbolic dim (attention heads split off
+[batch, sequence, hidden]) is searchable when that form is the same at both bindings.
 Every other node stays in the output as it is.
 
 Convexity comes from levels: a node's level is the largest number of unsearchable nodes on any path that reaches
@@ -61,9 +64,10 @@ class _Probe:
     """What TVM makes of one node alone at given input types: None when it cannot be imported and exported back,
     else a canonical form of the export (op types, attributes and constants, names left out). Memoized."""
 
-    def __init__(self, opset: int, opset_imports):
+    def __init__(self, opset: int, opset_imports, relative_reshape: bool = False):
         self.opset = opset
         self.opset_imports = list(opset_imports)
+        self.relative_reshape = relative_reshape
         self.memo: dict[str, tuple[Optional[str], Optional[bytes]]] = {}
 
     def _model(self, node: onnx.NodeProto, types: dict, consts: dict) -> onnx.ModelProto:
@@ -119,7 +123,7 @@ class _Probe:
             return "TVM imports it as control flow", None
         try:
             with quiet():
-                out = export_relax(mod, opset=self.opset)
+                out = export_relax(mod, opset=self.opset, relative_reshape=self.relative_reshape)
         except Exception as e:  # ExportError, or a converter's failure on an odd form
             return f"the exporter cannot write {node.op_type} back ({_last_line(e)})", None
         ops = [n.op_type for n in out.graph.node]
@@ -173,7 +177,8 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
         return f"custom domain '{node.domain}'"
     if node.op_type in CONTROL_FLOW or has_subgraph(node):
         return "control flow"
-    if prep.dim_dependent(index):
+    dep = prep.dim_dependent_inputs(index)
+    if dep and not (node.op_type == "Reshape" and dep == {1}):  # a reshape is written relative to its input
         return "reads a shape computed from a symbolic dim"
     forms = []
     for fb in prep.folded:
@@ -195,10 +200,81 @@ def _constant(prep: Prepared, index: int) -> bool:
     return all(o in prep.first.consts for o in prep.first.kept[index].output if o)
 
 
+def _consumers(graph: onnx.GraphProto) -> dict[int, set[int]]:
+    prod = producers(graph)
+    out: dict[int, set[int]] = {}
+    for i, n in enumerate(graph.node):
+        for x in node_reads(n):
+            p = prod.get(x)
+            if p is not None and p != i:
+                out.setdefault(p, set()).add(i)
+    return out
+
+
+def _between(members: set[int], cons: dict[int, set[int]], prods: dict[int, set[int]],
+             folded: frozenset = frozenset()) -> set[int]:
+    """The nodes outside `members` on a path that leaves the set and comes back (over every edge of the user's
+    graph, folded nodes included: they stay in the written model), except through the `folded` nodes that
+    members read (a shape chain whose value the region takes as a constant). Empty: the set is convex."""
+    def reach(edges: dict[int, set[int]], skip: frozenset = frozenset()) -> set[int]:
+        stack = [c for m in members for c in edges.get(m, ()) if c not in members and c not in skip]
+        seen: set[int] = set()
+        while stack:
+            i = stack.pop()
+            if i not in seen and i not in members:
+                seen.add(i)
+                stack.extend(edges.get(i, ()))
+        return seen
+
+    return reach(cons) & reach(prods, folded)
+
+
+def merge_convex(graph: onnx.GraphProto, groups: list[set[int]], folded: frozenset = frozenset()) -> list[set[int]]:
+    """Merge groups joined by an edge where the union, closed over the groups of the nodes between them, stays
+    convex (groups on different levels often are: the level rule is conservative; an attention block whose mask
+    is computed on the side from the inputs, a residual add between two blocks)."""
+    cons = _consumers(graph)
+    prods: dict[int, set[int]] = {}
+    for p, cs in cons.items():
+        for c in cs:
+            prods.setdefault(c, set()).add(p)
+    groups = [set(g) for g in groups if g]
+    owner = {i: k for k, g in enumerate(groups) for i in g}
+    alive = [True] * len(groups)
+    for k in range(len(groups)):
+        tried: set[int] = set()
+        while alive[k]:
+            near = sorted({owner[c] for m in groups[k] for c in cons.get(m, ()) if c in owner} - {k} - tried)
+            if not near:
+                break
+            tried.add(near[0])
+            take, union = {near[0]}, groups[k] | groups[near[0]]
+            while True:
+                mid = _between(union, cons, prods, folded)
+                if not mid:
+                    break
+                if any(i not in owner for i in mid):
+                    union = set()  # an unsearchable node in between: these groups stay apart
+                    break
+                more = {owner[i] for i in mid} - take - {k}
+                take |= more
+                for j in more:
+                    union |= groups[j]
+            if not union:
+                continue
+            groups[k] = union
+            for j in take:
+                for i in groups[j]:
+                    owner[i] = k
+                alive[j], groups[j] = False, set()
+            tried.clear()
+    return [g for g, a in zip(groups, alive) if a]
+
+
 def partition(prep: Prepared) -> Partition:
     model = prep.model
     graph = model.graph
-    probe = _Probe(default_opset(model), model.opset_import)
+    probe = _Probe(default_opset(model), model.opset_import, relative_reshape=prep.symbolic)
     reasons: dict[int, str] = {}
     searchable: set[int] = set()
     for i in range(len(graph.node)):
@@ -240,7 +316,9 @@ def partition(prep: Prepared) -> Partition:
     groups: dict[int, list[int]] = {}
     for i in sorted(searchable):
         groups.setdefault(root(i), []).append(i)
-    regions = [Region(k, nodes, level[nodes[0]]) for k, nodes in enumerate(sorted(groups.values()))]
+    folded = frozenset(i for i in range(len(graph.node)) if i not in prep.first.kept or _constant(prep, i))
+    merged = merge_convex(graph, [set(v) for v in groups.values()], folded)
+    regions = [Region(k, nodes, level[nodes[0]]) for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
     log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
              len(regions))
     return Partition(regions, searchable, reasons)

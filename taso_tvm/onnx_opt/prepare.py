@@ -79,17 +79,22 @@ class Prepared:
     def dim_dependent(self, index: int) -> bool:
         """Whether node `index` reads a folded constant whose value depends on a symbolic dim (or is folded at
         one binding and not at the other)."""
+        return bool(self.dim_dependent_inputs(index))
+
+    def dim_dependent_inputs(self, index: int) -> set:
+        """The input positions of node `index` whose folded constant depends on a symbolic dim ({-1}: the node is
+        folded at one binding and not at the other)."""
         if not self.symbolic:
-            return False
+            return set()
         a, b = self.folded[0], self.folded[1]
         if (index in a.kept) != (index in b.kept):
-            return True
+            return {-1}
         if index not in a.kept:
-            return False
+            return set()
         ca, cb = a.const_inputs(index), b.const_inputs(index)
-        if set(ca) != set(cb):
-            return True
-        return any(ca[p].shape != cb[p].shape or not np.array_equal(ca[p], cb[p]) for p in ca)
+        out = set(ca) ^ set(cb)
+        return out | {p for p in set(ca) & set(cb)
+                      if ca[p].shape != cb[p].shape or not np.array_equal(ca[p], cb[p])}
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -183,6 +188,7 @@ def bind_inputs(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
     return infer(m)
 
 
+MAX_FOLD_ROUNDS = 3  # onnxsim + shape inference again while it folds more (shapes it learns unlock chains)
 LARGE_CONSTANT = 4096  # elements; larger initializers cannot be shape data, so inference sees only their type
 
 
@@ -243,14 +249,24 @@ def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bo
     except ImportError:  # pragma: no cover - a declared dependency
         log.warning("onnxsim is not installed: shape arithmetic is not folded")
         return bound, False
-    try:
-        with quiet():  # onnxsim prints a line for every node it cannot fold
-            folded, _ = onnxsim.simplify(bound, perform_optimization=False, check_n=0, skip_shape_inference=False)
-    except Exception as e:  # onnxsim raises whatever ORT or its passes raise
-        msg = str(e).strip().splitlines()
-        log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
-        return bound, False
-    return infer(folded), True
+    folded = bound
+    for _ in range(MAX_FOLD_ROUNDS):
+        try:
+            with quiet():  # onnxsim prints a line for every node it cannot fold
+                out, _ = onnxsim.simplify(folded, perform_optimization=False, check_n=0,
+                                          skip_shape_inference=False)
+        except Exception as e:  # onnxsim raises whatever ORT or its passes raise
+            if folded is not bound:
+                break
+            msg = str(e).strip().splitlines()
+            log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
+            return bound, False
+        del out.graph.value_info[:]  # onnxsim leaves the unknown dims of its first inference behind
+        done = len(out.graph.node) >= len(folded.graph.node) and folded is not bound
+        folded = infer(out)
+        if done:
+            break
+    return folded, True
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

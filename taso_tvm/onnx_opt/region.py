@@ -13,7 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..quiet import quiet
-from .onnx_graph import default_opset, node_reads
+from .onnx_graph import default_opset, live_nodes, node_reads
 from .partition import Region
 from .prepare import Prepared
 
@@ -28,6 +28,7 @@ class RegionModel:
     model: onnx.ModelProto
     inputs: list[str]
     outputs: list[str]
+    symbolic: bool = False  # the user's model has symbolic dims: reshapes are written relative to their input
 
 
 @dataclass
@@ -55,8 +56,13 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     produced = [o for n in nodes for o in n.output if o]
     produced_set = set(produced)
     read_outside = {o.name for o in graph.output}
+    # a reader outside the region counts if it stays live once the region is replaced (the rewrite reads the
+    # region's data inputs, not the constants folded into it), or was dead already (the splice keeps the user's
+    # dead nodes); shape chains that only fed the region's nodes are dropped with them
+    data_in = {x for n in nodes for x in n.input if x and x not in produced_set and x not in f.consts}
+    live_before, live_after = live_nodes(graph), live_nodes(graph, members, data_in)
     for i, n in enumerate(graph.node):
-        if i not in members:
+        if i not in members and (i in live_after or i not in live_before):
             read_outside.update(node_reads(n))
     outputs = [o for o in produced if o in read_outside]
     if not outputs:
@@ -74,7 +80,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
-    return RegionModel(region, model, inputs, outputs)
+    return RegionModel(region, model, inputs, outputs, prep.symbolic)
 
 
 def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
@@ -108,15 +114,18 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
 
     with quiet():
         mod = load_onnx(rm.model, fold_constants=False)
-    p = TasoOptimize(runtime="onnx", **settings)
+    standard_ops = bool(settings.pop("standard_ops", False))
+    p = TasoOptimize(runtime="onnx", standard_ops=standard_ops, **settings)
     new_mod = p(mod)
     tot = p.report.total
     if tot is None or not tot.rules_applied:
         return None, p.report
     opset = default_opset(rm.model)
     with quiet():
-        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
-        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
+        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                           standard_ops=standard_ops, relative_reshape=rm.symbolic)
+        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                            relative_reshape=rm.symbolic)
     if _ops_and_weights(out) == _ops_and_weights(same):  # e.g. conv+relu fused, then written as Conv + Relu
         return None, p.report
     return out, p.report

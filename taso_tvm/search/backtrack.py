@@ -101,13 +101,14 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
             for rule, new in fresh:
                 stats.candidates += 1
                 nc = cost(new)
-                # cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which
-                # FuseOps would fuse anyway, so a fusion-aware cost model sees no difference)
-                if nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops):
+                if _better(nc, new, best_cost, best):
                     best, best_cost, best_path = new, nc, path + (rule.name,)
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
                     heapq.heappush(heap, (nc, next(counter), new, path + (rule.name,)))
+        if cfg.descent_steps and stats.stopped_by == "budget":
+            best, best_cost, best_path = _descend(best, best_cost, best_path, rules, cost, cfg, max_ops, seen,
+                                                  deadline, stats, prefetch)
     except KeyboardInterrupt:
         stats.stopped_by = "interrupt"
         log.warning("search interrupted: returning the best graph found so far")
@@ -116,3 +117,43 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats
+
+
+def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph) -> bool:
+    """Cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which FuseOps would
+    fuse anyway, so a fusion-aware cost model sees no difference)."""
+    return nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops)
+
+
+def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleSource, cost: CostFn,
+             cfg: SearchConfig, max_ops: int, seen: set, deadline: Optional[float], stats: SearchStats,
+             prefetch: Optional[Callable[[list], None]]) -> tuple:
+    """After the budget: from the best graph, take the best improving rewrite while there is one (at most
+    `descent_steps`). A chain of rewrites that each pay (normalize an attention block, fuse it, fold its scale)
+    is reached even when the budget went to exploring alternatives elsewhere in the region."""
+    for _ in range(cfg.descent_steps):
+        if deadline is not None and time.monotonic() > deadline:
+            stats.stopped_by = "time"
+            break
+        fresh = []
+        for rule, match in rules.matches(best):
+            new = rules.apply(best, rule, match)
+            if new is None or new.num_runtime_ops > max_ops:
+                continue
+            fresh.append((rule, new))
+        if prefetch is not None and fresh:
+            prefetch([new for _, new in fresh if new not in seen])
+        step = None
+        for rule, new in fresh:
+            if new not in seen:
+                seen.add(new)
+                stats.candidates += 1
+            nc = cost(new)
+            if _better(nc, new, best_cost if step is None else step[0], best if step is None else step[1]):
+                step = (nc, new, rule)
+        if step is None:
+            break
+        stats.expanded += 1
+        log.info("descent: cost %.4g -> %.4g (%s)", best_cost, step[0], step[2].name)
+        best_cost, best, best_path = step[0], step[1], best_path + (step[2].name,)
+    return best, best_cost, best_path

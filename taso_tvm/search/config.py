@@ -30,13 +30,15 @@ class SearchConfig:
     """Search settings. `alpha`: keep a candidate costing below alpha x the best; `budget`: graphs expanded per
     region; `time_limit` (s): for the whole search; `region_size`: the operator count above which a graph is
     searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
-    (plus `MAX_OPS_SLACK`)."""
+    (plus `MAX_OPS_SLACK`); `descent_steps`: after the budget, improving rewrites taken one at a time from the best
+    graph, at most this many (0: none)."""
 
     alpha: float = 1.05
     budget: int = 10
     time_limit: Optional[float] = None
-    region_size: int = 32
+    region_size: int = 64
     max_ops_ratio: float = 1.5
+    descent_steps: int = 32
 
     def validate(self) -> "SearchConfig":
         """Raise ValueError naming the first setting out of its range."""

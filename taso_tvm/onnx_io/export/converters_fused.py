@@ -1,0 +1,144 @@
+"""Fused operators as ONNX Runtime's own nodes (domain ``com.microsoft``).
+
+A fused operator reaches the exporter as a call to a private Relax function holding its decomposition
+(`taso_tvm.graph.ops.decompose`, ``composite`` lowering). Its converter here writes the runtime's node; a
+converter returns None where the call has no fused form (a scale that is not a constant, a bias of another shape),
+and the exporter then writes the decomposition, which is always correct. With ``standard_ops`` no converter runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+from onnx import TensorProto
+
+from .context import rank_of, static_dims
+
+MS = "com.microsoft"
+
+# fused operator name -> convert(ctx, call, attrs, args) -> ONNX value or None
+FusedConverter = Callable[..., Any]
+FUSED_CONVERTERS: Dict[str, FusedConverter] = {}
+
+
+def register_fused(name: str) -> Callable[[FusedConverter], FusedConverter]:
+    def deco(fn: FusedConverter) -> FusedConverter:
+        FUSED_CONVERTERS[name] = fn
+        return fn
+
+    return deco
+
+
+def _const(ctx, name: str) -> Optional[np.ndarray]:
+    """The value of an initializer (None for a computed tensor)."""
+    hit = ctx.initializers.get(name)
+    return None if hit is None else np.asarray(hit[0])
+
+
+def _scalar(ctx, name: str) -> Optional[float]:
+    v = _const(ctx, name)
+    return None if v is None or v.size != 1 else float(v.reshape(-1)[0])
+
+
+def _zero(ctx, name: str) -> bool:
+    v = _const(ctx, name)
+    return v is not None and not np.any(v)
+
+
+def _elem(ctx, name: str) -> int:
+    return ctx.types.get(name, TensorProto.FLOAT)
+
+
+def _attention_bias(ctx, call, mask: str, batch: int, heads: int, sq: int, sk: int) -> Optional[str]:
+    """The mask as the runtime's attention_bias [batch or 1, heads or 1, query, key] ("" for a zero mask)."""
+    if _zero(ctx, mask):
+        return ""
+    dims = static_dims(call.args[4].ty)
+    if dims is None:
+        return None
+    full = [1] * (4 - len(dims)) + list(dims)
+    m = ctx.reshape(mask, full) if len(dims) != 4 else mask
+    if full[2] != sq or full[3] != sk:
+        m = ctx.op("Expand", m, ctx.i64([full[0], full[1], sq, sk]))
+    return m
+
+
+def _guard(ctx, args, out: str) -> Optional[str]:
+    """The NaN guard's fill (input 5), applied to the fused node's output: IsNaN + Where with 0."""
+    if len(args) < 6:
+        return out
+    nan = ctx.op("IsNaN", out)
+    return ctx.op("Where", nan, args[5], out)
+
+
+def _guard_ok(ctx, args) -> bool:
+    return len(args) < 6 or _zero(ctx, args[5])
+
+
+@register_fused("mha")
+def convert_mha(ctx, call, attrs, args) -> Optional[str]:
+    q, k, v, scale, mask = (args[i] for i in range(5))
+    s = _scalar(ctx, scale)
+    qd, kd = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
+    if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
+        return None
+    heads = int(attrs["num_heads"])
+    bias = _attention_bias(ctx, call, mask, qd[0], heads, qd[1], kd[1])
+    if bias is None:
+        return None
+    out = ctx.node("MultiHeadAttention", [q, k, v, "", "", bias], domain=MS, out_types=[_elem(ctx, q)],
+                   num_heads=heads, scale=s)[0]
+    return _guard(ctx, args, out)
+
+
+@register_fused("attention")
+def convert_attention(ctx, call, attrs, args) -> Optional[str]:
+    x, w, b, scale, mask = (args[i] for i in range(5))
+    s = _scalar(ctx, scale)
+    xd = static_dims(call.args[0].ty)
+    if s is None or xd is None or not _guard_ok(ctx, args):
+        return None
+    heads = int(attrs["num_heads"])
+    bias = _attention_bias(ctx, call, mask, xd[0], heads, xd[1], xd[1])
+    if bias is None:
+        return None
+    out = ctx.node("Attention", [x, w, b, "", "", bias], domain=MS, out_types=[_elem(ctx, x)],
+                   num_heads=heads, scale=s)[0]
+    return _guard(ctx, args, out)
+
+
+@register_fused("skip_layernorm")
+def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
+    x, skip, gamma, beta, bias = (args[i] for i in range(5))
+    inputs = [x, skip, gamma, beta]
+    if not _zero(ctx, bias):
+        if rank_of(call.args[4]) != 1:
+            return None
+        inputs.append(bias)
+    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)],
+                    epsilon=float(attrs["epsilon"]))[0]
+
+
+@register_fused("bias_gelu")
+def convert_bias_gelu(ctx, call, attrs, args) -> str:
+    return ctx.node("BiasGelu", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])])[0]
+
+
+@register_fused("fast_gelu")
+def convert_fast_gelu(ctx, call, attrs, args) -> str:
+    return ctx.node("FastGelu", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])])[0]
+
+
+@register_fused("quick_gelu")
+def convert_quick_gelu(ctx, call, attrs, args) -> str:
+    return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])],
+                    alpha=float(attrs["alpha"]))[0]
+
+
+@register_fused("fused_matmul")
+def convert_fused_matmul(ctx, call, attrs, args) -> str:
+    return ctx.node("FusedMatMul", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])],
+                    transA=int(attrs["trans_a"]), transB=int(attrs["trans_b"]), alpha=float(attrs["alpha"]))[0]
+
+
+__all__ = ["FUSED_CONVERTERS", "register_fused", "MS"]
