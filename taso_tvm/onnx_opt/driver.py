@@ -196,7 +196,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    part = partition(prep)
+    part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
     rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
@@ -207,8 +207,17 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
-            result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol,
-                                     strict, standard_ops)
+            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops)
+            try:
+                replacements = search.run(rms, captures)
+                retry = [r for r in report.regions if r.accepted is None and r.rules_applied
+                         and set(r.region.nodes) & part.speculative]
+                if retry:  # again without the reshapes the search was to remove, where it did not
+                    replacements += _retry(model, prep, part, retry, search, inputs, seed)
+            finally:
+                search.close()
+            if replacements:
+                result = splice(model, replacements)
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
@@ -274,50 +283,72 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optiona
     return out
 
 
-def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures: list[Capture],
-                    sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float,
-                    strict: bool, standard_ops: bool = False) -> onnx.ModelProto:
-    from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
-    from ..relay_pass.settings import resolve_settings
+def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list, search: "_RegionSearch",
+           inputs: Optional[Mapping[str, np.ndarray]], seed: int) -> list:
+    """Search the nodes of regions that failed with speculative reshapes in them again, without those."""
+    nodes = {i for r in failed for i in r.region.nodes}
+    log.info("%d region(s) with reshapes the search did not remove: searched again without them", len(failed))
+    again = partition(prep, speculative=False, index_base=len(part.regions))
+    rms = [rm for rm in (region_model(prep, r) for r in again.regions if set(r.nodes) <= nodes) if rm is not None]
+    if not rms:
+        return []
+    captures = _captures(model, prep, rms, inputs, seed)
+    return search.run(rms, captures) if captures is not None else []
 
-    s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
-    rules = _resolve_rules(s["rules"])
-    cost, owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
-    search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
-    search["standard_ops"] = standard_ops
-    replacements = []
-    try:
+
+class _RegionSearch:
+    """Searches regions with one rule set and one cost model; `run` returns the accepted replacements."""
+
+    def __init__(self, prep: Prepared, sym_types: dict, settings: dict, report: OnnxReport, rtol: float,
+                 atol: float, strict: bool, standard_ops: bool = False):
+        from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
+        from ..relay_pass.settings import resolve_settings
+
+        s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
+        self.rules = _resolve_rules(s["rules"])
+        self.cost, self.owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
+        self.search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
+        self.search["standard_ops"] = standard_ops
+        self.sym_types, self.report, self.rtol, self.atol, self.strict = sym_types, report, rtol, atol, strict
+
+    def close(self) -> None:
+        if self.owned:
+            self.cost.close()
+
+    def run(self, rms: list, captures: list[Capture]) -> list:
+        replacements = []
         for rm in rms:
             res = RegionResult(rm.region)
-            report.regions.append(res)
-            t = time.monotonic()
-            try:
-                optimized, pass_report = search_region(rm, dict(search, rules=rules, cost=cost))
-            except Exception as e:  # an import or export failure only costs this region's rewrite
-                if is_interrupt(e):  # TVM's text for a Ctrl-C inside one of our callbacks
-                    raise KeyboardInterrupt from None
-                res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
-                continue
-            finally:
-                res.seconds = time.monotonic() - t
-            tot = pass_report.total
-            if tot is not None:
-                res.cost_before, res.cost_after = tot.cost_before, tot.cost_after
-                res.ops_before, res.ops_after = tot.ops_before, tot.ops_after
-                res.rules_applied = dict(tot.rules_applied)
-                res.expanded, res.stopped_by = tot.expanded, tot.stopped_by
+            self.report.regions.append(res)
+            optimized = self._search_one(rm, res)
             if optimized is None:
-                res.note = "no rewrite found"
                 continue
-            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, sym_types, rtol, atol, strict)
+            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol, self.atol,
+                           self.strict)
             if res.accepted is None:
                 log.info("region %d: %s", rm.region.index, res.note)
                 continue
             replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
-    finally:
-        if owned:
-            cost.close()
-    if not replacements:
-        return model
-    return splice(model, replacements)
+        return replacements
+
+    def _search_one(self, rm: Any, res: RegionResult) -> Optional[onnx.ModelProto]:
+        t = time.monotonic()
+        try:
+            optimized, pass_report = search_region(rm, dict(self.search, rules=self.rules, cost=self.cost))
+        except Exception as e:  # an import or export failure only costs this region's rewrite
+            if is_interrupt(e):  # TVM's text for a Ctrl-C inside one of our callbacks
+                raise KeyboardInterrupt from None
+            res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
+            return None
+        finally:
+            res.seconds = time.monotonic() - t
+        tot = pass_report.total
+        if tot is not None:
+            res.cost_before, res.cost_after = tot.cost_before, tot.cost_after
+            res.ops_before, res.ops_after = tot.ops_before, tot.ops_after
+            res.rules_applied = dict(tot.rules_applied)
+            res.expanded, res.stopped_by = tot.expanded, tot.stopped_by
+        if optimized is None:
+            res.note = "no rewrite found"
+        return optimized

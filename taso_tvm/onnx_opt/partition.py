@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -45,6 +45,7 @@ class Partition:
     regions: list[Region]
     searchable: set[int]
     reasons: dict[int, str]  # node index -> why it stays out of the search
+    speculative: set[int] = field(default_factory=set)  # searchable only if the search removes them
 
     @property
     def num_searchable(self) -> int:
@@ -271,16 +272,28 @@ def merge_convex(graph: onnx.GraphProto, groups: list[set[int]], folded: frozens
     return [g for g, a in zip(groups, alive) if a]
 
 
-def partition(prep: Prepared) -> Partition:
+SPECULATIVE_REASONS = ("TVM bakes the value of a symbolic dim into it", "reads a shape computed from a symbolic dim")
+
+
+def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) -> Partition:
+    """The searchable nodes in convex regions (numbered from `index_base`). With `speculative`, a Reshape whose
+    written form depends on a symbolic dim is searched too, on the chance that the search removes it (a kᵀ built by
+    reshape-transpose-reshape becomes one transpose): the region is checked at both bindings, and where that fails
+    the caller searches it again without them (`Partition.speculative`)."""
     model = prep.model
     graph = model.graph
     probe = _Probe(default_opset(model), model.opset_import, relative_reshape=prep.symbolic)
     reasons: dict[int, str] = {}
     searchable: set[int] = set()
+    spec: set[int] = set()
     for i in range(len(graph.node)):
         why = node_status(prep, i, probe)
         if why is None:
             searchable.add(i)
+        elif speculative and graph.node[i].op_type == "Reshape" and why in SPECULATIVE_REASONS \
+                and i in prep.first.kept and _probe_first(prep, i, probe):
+            searchable.add(i)
+            spec.add(i)
         else:
             reasons[i] = why
     prod = producers(graph)
@@ -318,7 +331,18 @@ def partition(prep: Prepared) -> Partition:
         groups.setdefault(root(i), []).append(i)
     folded = frozenset(i for i in range(len(graph.node)) if i not in prep.first.kept or _constant(prep, i))
     merged = merge_convex(graph, [set(v) for v in groups.values()], folded)
-    regions = [Region(k, nodes, level[nodes[0]]) for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
+    regions = [Region(index_base + k, nodes, level[nodes[0]])
+               for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
     log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
              len(regions))
-    return Partition(regions, searchable, reasons)
+    return Partition(regions, searchable, reasons, spec)
+
+
+def _probe_first(prep: Prepared, index: int, probe: _Probe) -> bool:
+    """Whether TVM imports node `index` and the exporter writes it back at the first binding."""
+    fb = prep.first
+    work = fb.kept[index]
+    if any(x and x not in fb.consts and not _static_tensor_type(fb.types.get(x))
+           for x in list(work.input) + list(work.output)):
+        return False
+    return probe(work, fb.types, fb.consts)[0] is None

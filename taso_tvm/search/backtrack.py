@@ -73,10 +73,14 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     start_cost = cost(graph)
     ops0 = graph.num_runtime_ops
     max_ops = cfg.max_ops(ops0)
-    best, best_cost, best_path = graph, start_cost, ()
+    # the search tree grows from the normal form (the `normalize` rules applied to a fixpoint); the graph as given
+    # stays the answer unless something cheaper is found
+    root, root_path = normalize(graph, rules, cfg.normalize_steps) if budget > 0 else (graph, ())
+    root_cost = start_cost if root is graph else cost(root)
+    best, best_cost, best_path = root, root_cost, root_path
     counter = itertools.count()
-    heap = [(start_cost, next(counter), graph, ())]
-    seen = {graph}
+    heap = [(root_cost, next(counter), root, root_path)]
+    seen = {graph, root}
     stats = SearchStats(start_cost, start_cost, ops0, ops0)
     try:
         while heap:
@@ -106,17 +110,40 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
                     heapq.heappush(heap, (nc, next(counter), new, path + (rule.name,)))
-        if cfg.descent_steps and stats.stopped_by == "budget":
+        if cfg.descent_steps and budget > 0 and stats.stopped_by == "budget":
             best, best_cost, best_path = _descend(best, best_cost, best_path, rules, cost, cfg, max_ops, seen,
                                                   deadline, stats, prefetch)
     except KeyboardInterrupt:
         stats.stopped_by = "interrupt"
         log.warning("search interrupted: returning the best graph found so far")
+    if not _better(best_cost, best, start_cost, graph):  # the normal form led nowhere cheaper
+        best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
     stats.ops_after = best.num_runtime_ops
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats
+
+
+NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one
+
+
+def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[TensorGraph, tuple]:
+    """`graph` with the rules of family `normalize` applied while one applies (at most `max_steps`), and the names
+    of those applied. They are terminating by design (they remove operators or move a scalar factor towards the
+    inputs), so the normal form of a region does not depend on the order of the matches."""
+    path: tuple = ()
+    for _ in range(max_steps):
+        for rule, match in rules.matches(graph):
+            if getattr(rule, "family", "") != NORMALIZE:
+                continue
+            new = rules.apply(graph, rule, match)
+            if new is not None and new != graph:
+                graph, path = new, path + (rule.name,)
+                break
+        else:
+            break
+    return graph, path
 
 
 def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph) -> bool:

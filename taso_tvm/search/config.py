@@ -31,7 +31,8 @@ class SearchConfig:
     region; `time_limit` (s): for the whole search; `region_size`: the operator count above which a graph is
     searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
     (plus `MAX_OPS_SLACK`); `descent_steps`: after the budget, improving rewrites taken one at a time from the best
-    graph, at most this many (0: none)."""
+    graph, at most this many (0: none); `normalize_steps`: rewrites by the rules of family `normalize` before the
+    search, at most this many."""
 
     alpha: float = 1.05
     budget: int = 10
@@ -39,6 +40,7 @@ class SearchConfig:
     region_size: int = 64
     max_ops_ratio: float = 1.5
     descent_steps: int = 32
+    normalize_steps: int = 256
 
     def validate(self) -> "SearchConfig":
         """Raise ValueError naming the first setting out of its range."""

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 MIN_KERNEL_MS = 1e-3  # a node's dispatch inside a session: the floor of a kernel's cost
 LAYOUT_NODES = ("ReorderInput", "ReorderOutput")  # NCHWc conversions ORT adds around a lone conv
-KERNEL_FORM = "export_relax"  # how a kernel's model is written; in the cache scope, so a new form re-measures
+KERNEL_FORM = "export_relax+fused"  # how a kernel's model is written; in the cache scope, so a new form re-measures
 
 
 class OrtBackend(Backend):
