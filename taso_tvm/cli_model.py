@@ -186,7 +186,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes, inputs=inputs,
                                           check=not args.no_check, time_check=not args.no_time_check,
                                           time_cap=args.time_cap, threads=args.threads, rtol=args.rtol,
-                                          atol=args.atol)
+                                          atol=args.atol, standard_ops=args.standard_ops)
     except PrepareError as e:
         raise CLIError(str(e)) from None
     save_model(out_model, args.output)
@@ -552,6 +552,9 @@ def add_model_commands(sub: Any) -> None:
     o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
     o.add_argument("--inputs", help="sample inputs (.npz, arrays named like the graph inputs) for the checks, "
                                     "where random ones would not do (a sample rate, token ids)")
+    o.add_argument("--standard-ops", action="store_true",
+                   help="write default-domain ONNX operators only, for runtimes other than ONNX Runtime (TensorRT, "
+                        "OpenVINO, TVM): no ONNX Runtime fused operators (com.microsoft MultiHeadAttention, ...)")
     common(o)
     o.set_defaults(func=cmd_optimize)
 
