@@ -149,7 +149,7 @@ def _skip_ln_check(t: Sequence[TensorType], a: dict) -> None:
     x, skip, gamma, beta, bias = t
     h = x.shape[-1] if x.ndim else None
     if x.ndim < 2 or skip.shape != x.shape or any(p.shape != (h,) for p in (gamma, beta)) or \
-            bias.shape not in ((h,), ()):
+            bias.shape not in ((h,), (), (1,)):
         raise GraphError(f"skip_layernorm: shapes {[ty.shape for ty in t]} do not fit")
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 from onnx import TensorProto
 
-from .context import rank_of, static_dims
+from .context import static_dims
 
 MS = "com.microsoft"
 
@@ -112,7 +112,8 @@ def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
     x, skip, gamma, beta, bias = (args[i] for i in range(5))
     inputs = [x, skip, gamma, beta]
     if not _zero(ctx, bias):
-        if rank_of(call.args[4]) != 1:
+        h = static_dims(call.args[0].ty)
+        if h is None or static_dims(call.args[4].ty) != h[-1:]:  # a scalar bias: the decomposition
             return None
         inputs.append(bias)
     return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)],
