@@ -72,6 +72,9 @@ CASES = {
     "quick_gelu": ("QuickGelu", lambda: _graph("quick_gelu", {"x": (2, 3, 16)}, {})),
     "fused_matmul": ("FusedMatMul", lambda: _graph("fused_matmul", {"a": (2, 5, 3), "b": (2, 4, 5)}, {},
                                                    trans_a=1, trans_b=1, alpha=0.5)),
+    "erf_gelu": ("Gelu", lambda: _graph("erf_gelu", {"x": (2, 3, 16)}, {"r": 1 / np.sqrt(2), "o": 1.0, "h": 0.5})),
+    "erf_bias_gelu": ("BiasGelu", lambda: _graph("erf_gelu", {"x": (2, 3, 16)},
+                                                 {"b": _rand(16), "r": [0.70710677], "o": 1.0, "h": 0.5})),
 }
 
 
@@ -137,3 +140,10 @@ def test_tvm_lowers_attention_to_relax_attention():
     out = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
     np.testing.assert_allclose(out, graph.evaluate(feeds)[0], rtol=1e-4, atol=1e-5)
     tvm.compile(mod, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"}))  # builds for CUDA
+
+
+def test_erf_gelu_with_other_constants_is_written_as_the_decomposition():
+    graph, feeds = _graph("erf_gelu", {"x": (2, 3, 16)}, {"r": 0.5, "o": 1.0, "h": 0.5})
+    model = _export(graph, feeds)
+    assert not any(n.domain for n in model.graph.node)
+    np.testing.assert_allclose(_run(model, feeds), graph.evaluate(feeds)[0], rtol=1e-5, atol=1e-6)

@@ -8,6 +8,7 @@
 | `bias_gelu(x, b)` | gelu(x + b) (erf form) | BiasGelu | |
 | `fast_gelu(x, b)` | gelu_tanh(x + b) | FastGelu | |
 | `quick_gelu(x)` | x · sigmoid(alpha · x) | QuickGelu | |
+| `erf_gelu(x[, b], r, o, h)` | (x + b) (erf((x + b) r) + o) h: GELU's erf form with its constants | Gelu / BiasGelu | Gelu (20) |
 | `fused_matmul(a, b)` | alpha · op(a) @ op(b), op a transpose of the last two axes or none | FusedMatMul | |
 
 `scale` is a scalar tensor (a weight when exported: the runtimes take it as an attribute); `mask` is an additive
@@ -181,6 +182,26 @@ FAST_GELU = register_decomposed("fast_gelu", 2, _bias_act("gelu_tanh"), attrs={}
                                 doc="gelu (tanh approximation) of x + bias")
 
 
+def _erf_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
+    """x (erf(x r) + o) h, the erf GELU as exporters write it (r = 1/sqrt 2, o = 1, h = 1/2 make it GELU); with a
+    bias input first, of x + b."""
+    v = x[0] if len(x) == 4 else e.op("add", x[0], x[1])
+    r, o, h = x[-3:]
+    return [e.op("mul", e.op("mul", v, e.op("add", e.op("erf", e.op("mul", v, r)), o)), h)]
+
+
+def _erf_gelu_check(t: Sequence[TensorType], a: dict) -> None:
+    if len(t) not in (4, 5) or any(c.size != 1 for c in t[-3:]):
+        raise GraphError("erf_gelu: takes x[, bias], and three one-element constants r, o, h")
+    if len(t) == 5 and t[1].shape != (t[0].shape[-1],):
+        raise GraphError(f"erf_gelu: bias {t[1].shape} is not a vector of the last axis of {t[0].shape}")
+
+
+ERF_GELU = register_decomposed(
+    "erf_gelu", None, _erf_gelu, attrs={}, check=_erf_gelu_check,
+    doc="x (erf(x r) + o) h (of x + bias with five inputs): GELU when r = 1/sqrt 2, o = 1, h = 1/2")
+
+
 def _quick_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     v = x[0]
     return [e.op("mul", v, e.op("sigmoid", e.op("mul", v, e.const(a["alpha"], v))))]
@@ -218,7 +239,7 @@ FUSED_MATMUL = register_decomposed(
     "fused_matmul", 2, _fused_matmul, attrs={"trans_a": 0, "trans_b": 0, "alpha": 1.0}, check=_fused_matmul_check,
     doc="alpha * op(a) @ op(b), op transposing the last two axes when trans_a / trans_b is set")
 
-FUSED_OPS = ("mha", "attention", "skip_layernorm", "bias_gelu", "fast_gelu", "quick_gelu", "fused_matmul")
+FUSED_OPS = ("mha", "attention", "skip_layernorm", "bias_gelu", "fast_gelu", "quick_gelu", "fused_matmul", "erf_gelu")
 
-__all__ = ["FUSED_OPS", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU", "QUICK_GELU",
+__all__ = ["FUSED_OPS", "ERF_GELU", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU", "QUICK_GELU",
            "FUSED_MATMUL"]

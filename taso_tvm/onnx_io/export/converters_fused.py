@@ -130,6 +130,25 @@ def convert_fast_gelu(ctx, call, attrs, args) -> str:
     return ctx.node("FastGelu", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])])[0]
 
 
+GELU_CONSTANTS = (1 / np.sqrt(2.0), 1.0, 0.5)  # r, o, h of erf_gelu that make it GELU
+GELU_RTOL = 1e-6  # float32 rounding of the exporters' constants
+
+
+@register_fused("erf_gelu")
+def convert_erf_gelu(ctx, call, attrs, args) -> Optional[str]:
+    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 3, len(args))]
+    if any(c is None for c in consts) or not np.allclose(consts, GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+        return None
+    x = args[0]
+    if len(args) == 5:
+        b = static_dims(call.args[1].ty)
+        h = static_dims(call.args[0].ty)
+        if b is None or h is None or b != h[-1:]:
+            return None
+        return ctx.node("BiasGelu", [x, args[1]], domain=MS, out_types=[_elem(ctx, x)])[0]
+    return ctx.node("Gelu", [x], domain=MS, out_types=[_elem(ctx, x)])[0]
+
+
 @register_fused("quick_gelu")
 def convert_quick_gelu(ctx, call, attrs, args) -> str:
     return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])],
