@@ -18,7 +18,7 @@ from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
 from .region import RegionResult, region_model, relax_boundary, search_region
-from .shape_reads import rewire_shape_reads
+from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
     users_model = model
-    model, _ = rewire_shape_reads(model)  # kept only if some region is rewritten
+    model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
     second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
@@ -217,7 +217,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
             finally:
                 search.close()
             if replacements:
-                result = splice(model, replacements)
+                result = restore_shape_reads(splice(model, replacements), moved)
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:

@@ -15,7 +15,7 @@ from typing import Optional
 
 import onnx
 
-from .onnx_graph import producers
+from .onnx_graph import producers, topo_order
 from .prepare import infer
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,9 @@ def _dims(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
     return tuple(out)
 
 
-def rewire_shape_reads(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """(a copy of `model` whose Shape nodes read the earliest tensor of their input's shape, how many moved); the
-    model itself when none moves."""
+def rewire_shape_reads(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """(a copy of `model` whose Shape nodes read the earliest tensor of their input's shape, {output of each moved
+    Shape node: the tensor it read}); the model itself when none moves."""
     typed = infer(model)
     g = typed.graph
     types = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
@@ -64,12 +64,57 @@ def rewire_shape_reads(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         if src != n.input[0]:
             moves[i] = src
     if not moves:
-        return model, 0
+        return model, {}
     out = copy.deepcopy(model)
+    before = {}
     for i, src in moves.items():
-        out.graph.node[i].input[0] = src
+        n = out.graph.node[i]
+        before[n.output[0]] = n.input[0]
+        n.input[0] = src
     log.info("%d Shape node(s) read an earlier tensor of the same shape", len(moves))
-    return out, len(moves)
+    return out, before
 
 
-__all__ = ["rewire_shape_reads"]
+def restore_shape_reads(model: onnx.ModelProto, before: dict[str, str]) -> onnx.ModelProto:
+    """`model` (in place) with each moved Shape node reading its tensor again where that tensor still exists and
+    reading it makes no cycle: the user's node as it was, wherever the rewrite did not need the move."""
+    if not before:
+        return model
+    g = model.graph
+    prod = producers(g)
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(g.node):
+        for x in n.input:
+            readers.setdefault(x, []).append(i)
+    for i, n in enumerate(g.node):
+        old = before.get(n.output[0]) if n.op_type == "Shape" and n.output else None
+        if old is None or old == n.input[0] or old not in prod and old not in {x.name for x in g.input}:
+            continue
+        if _reaches(g, readers, i, prod.get(old)):
+            continue
+        n.input[0] = old
+    order = topo_order(list(g.node), [x.name for x in g.input] + [t.name for t in g.initializer])
+    nodes = [g.node[k] for k in order]
+    del g.node[:]
+    g.node.extend(nodes)
+    return model
+
+
+def _reaches(g: onnx.GraphProto, readers: dict, start: int, target: Optional[int]) -> bool:
+    """Whether node `target` depends on node `start` (reading `target`'s output from `start` would be a cycle)."""
+    if target is None:
+        return False
+    stack, seen = [start], set()
+    while stack:
+        i = stack.pop()
+        if i == target:
+            return True
+        if i in seen:
+            continue
+        seen.add(i)
+        for o in g.node[i].output:
+            stack.extend(readers.get(o, ()))
+    return False
+
+
+__all__ = ["rewire_shape_reads", "restore_shape_reads"]

@@ -76,6 +76,12 @@ def splice(model: onnx.ModelProto, replacements: Sequence[tuple[Sequence[int], o
     kept_inits = [t for t in g.initializer if t.name in used_after or t.name not in used_before]
     del g.initializer[:]
     g.initializer.extend(kept_inits)
+    have = {o.domain for o in out.opset_import}
+    for _, region, _ in replacements:  # a region may use the runtime's fused operators (com.microsoft)
+        for o in region.opset_import:
+            if o.domain not in have and any(n.domain == o.domain for n in g.node):
+                out.opset_import.append(copy.deepcopy(o))
+                have.add(o.domain)
     init_names = {t.name for t in g.initializer}
     dropped = {t.name for t in model.graph.initializer} - init_names
     for vi in [vi for vi in g.input if vi.name in dropped]:
