@@ -116,7 +116,7 @@ def test_unknown_ops_pass_through_byte_identical():
     assert any("custom domain" in why for why in part.reasons.values())
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", pytest.param("resnet50", marks=pytest.mark.slow)])
 def test_zoo_models_with_a_symbolic_batch(name):
     m = _symbolic(zoo.get_model(name))
     out, report = optimize_onnx(m, ANALYTIC, time_check=False)

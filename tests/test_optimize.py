@@ -26,7 +26,10 @@ def analytic():
     return CostModel(load_cost_config(backend="analytic"))
 
 
-ZOO = [pytest.param(n, {"layers": 2} if n == "bert" else {}, id=n) for n in zoo.list_models()]
+# the big CNNs (10-15 s each) repeat what ResNet-50 and SqueezeNet prove: `pytest -m slow`
+SLOW_ZOO = {"resnext50", "nasnet_a", "inception_v3"}
+ZOO = [pytest.param(n, {"layers": 2} if n == "bert" else {}, id=n,
+                    marks=[pytest.mark.slow] if n in SLOW_ZOO else []) for n in zoo.list_models()]
 TVM_CHECKED = {"seed_example", "squeezenet", "nasrnn", "bert", "resnet50"}
 
 
