@@ -145,3 +145,26 @@ def test_standard_ops_output_has_only_the_default_domain(tmp_path):
     m = onnx.load(str(out))
     assert {n.domain for n in m.graph.node} <= {"", "ai.onnx"} and {o.domain for o in m.opset_import} == {""}
     assert "optimized" in r.stdout
+
+
+def _generated_pairs(tmp_path, ops: list) -> set:
+    from taso_tvm.rules.generate import generate_rules
+
+    out = tmp_path / "fused.yaml"
+    res = generate_rules(2, ops=ops, kinds=["mat", "row"], jobs=1, out=str(out), time_budget=240)
+    assert res.complete
+    return {(frozenset(n.op for n in r.source), frozenset(n.op for n in r.target))
+            for r in read_rule_files([str(out)])}
+
+
+def test_the_generator_finds_rules_into_fused_operators(tmp_path):
+    """Fused operators are in the generator's operator set: gelu(x + b) = bias_gelu(x, b) is discovered, verified
+    and written."""
+    pairs = _generated_pairs(tmp_path, ["add", "gelu", "bias_gelu"])
+    assert (frozenset({"add", "gelu"}), frozenset({"bias_gelu"})) in pairs
+
+
+@pytest.mark.slow
+def test_the_generator_finds_fused_matmul_with_a_transposed_operand(tmp_path):
+    pairs = _generated_pairs(tmp_path, ["matmul", "transpose", "fused_matmul"])
+    assert any("fused_matmul" in t and "transpose" in s for s, t in pairs)
