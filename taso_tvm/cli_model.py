@@ -126,6 +126,9 @@ def _onnx_summary(report: Any, out: str) -> str:
     lines = [""]
     share = f"{report.searchable} of {report.nodes} ({100 * report.share_searchable:.0f} %)"
     lines.append(f"{'nodes searched':24s}{share}, in {len(report.regions)} region(s)")
+    if report.folded_nodes:
+        lines.append(f"{'folded into constants':24s}{report.folded_nodes} node(s) whose values depend on no "
+                     "symbolic dim")
     if report.not_searched:
         top = sorted(report.not_searched.items(), key=lambda kv: -kv[1])[:3]
         lines.append(f"{'left as they were':24s}" + "; ".join(f"{n} {why}" for why, n in top))
@@ -227,6 +230,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
     t = report.timing
     data = {"model": args.model, "output": args.output, "decision": report.decision, "nodes": report.nodes,
             "nodes_searched": report.searchable, "share_searched": report.share_searchable,
+            "nodes_folded": report.folded_nodes,
             "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
             "rules_applied": dict(report.rules_applied), "seconds": seconds,
             "operators_before": report.operators[0], "operators_after": report.operators[1],

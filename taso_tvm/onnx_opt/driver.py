@@ -18,6 +18,7 @@ from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
 from .region import RegionResult, region_model, relax_boundary, search_region
+from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
 
@@ -37,6 +38,7 @@ class OnnxReport:
     decision: str = ""  # what was written and why
     seconds: float = 0.0
     not_searched: dict = field(default_factory=dict)  # reason -> node count
+    folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
 
     @property
     def accepted(self) -> list[RegionResult]:
@@ -218,6 +220,11 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                 search.close()
             if replacements:
                 result = restore_shape_reads(splice(model, replacements), moved)
+    if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
+        folded, report.folded_nodes = fold_into(result if result is not model else users_model,
+                                                binding_independent_constants(prep))
+        if report.folded_nodes:
+            result = folded
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
@@ -237,8 +244,9 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
             report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
                                f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
             result = model
-    if result is not model:
-        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten"
+    if result is not model and result is not users_model:
+        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
+            (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
     else:
         result = users_model
         if not report.decision:
