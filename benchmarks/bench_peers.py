@@ -19,6 +19,7 @@ the zoo's models. A tool that fails, or whose output does not load or differs, i
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -124,30 +125,37 @@ def zoo_models(tmp: Path) -> list[Model]:
 
 # ------------------------------------------------------------------------------------------- the limit
 def matmul_flops(model: onnx.ModelProto, feeds: dict) -> float:
-    """Floating-point operations of the model's MatMul / Gemm / Conv / attention nodes at these inputs (a
-    multiply-add counts 2), from ONNX shape inference on a copy with the inputs' shapes fixed."""
-    from taso_tvm.onnx_opt.prepare import Binding, bind_inputs
+    """Floating-point operations of the model's MatMul / Gemm / Conv nodes at these inputs (a multiply-add counts 2).
+    The shapes are those ONNX Runtime computes (a run with every operand read out), not shape inference's, which
+    loses dims in torch's dynamo exports."""
+    import onnxruntime as ort
 
-    bound = bind_inputs(model, Binding({}, {k: list(v.shape) for k, v in feeds.items()}))
-    g = bound.graph
-    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-              for vi in list(g.input) + list(g.value_info) + list(g.output)}
-    shapes.update({t.name: list(t.dims) for t in g.initializer})
+    g = model.graph
+    inits = {t.name: list(t.dims) for t in g.initializer}
+    ops = [n for n in g.node if n.op_type in ("MatMul", "Gemm", "Conv", "FusedConv")]
+    want = list(dict.fromkeys(x for n in ops for x in list(n.input[:2]) + [n.output[0]] if x and x not in inits))
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(helper.make_empty_tensor_value_info(x) for x in want if x not in have)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    shapes = dict(inits)
+    shapes.update({k: list(np.shape(v)) for k, v in zip(names, sess.run(names, feeds)) if k in want})
     total = 0.0
-    for n in g.node:
-        ins = [shapes.get(x) for x in n.input]
-        outs = [shapes.get(x) for x in n.output]
-        if not outs or not outs[0] or any(s is None for s in ins[:2]) or 0 in outs[0]:
+    for n in ops:
+        a, w, y = shapes.get(n.input[0]), shapes.get(n.input[1]), shapes.get(n.output[0])
+        if a is None or w is None or y is None:
             continue
         if n.op_type == "MatMul":
-            total += 2.0 * np.prod(outs[0]) * ins[0][-1]
+            total += 2.0 * np.prod(y) * a[-1]
         elif n.op_type == "Gemm":
-            trans_a = next((a.i for a in n.attribute if a.name == "transA"), 0)
-            total += 2.0 * np.prod(outs[0]) * (ins[0][0] if trans_a else ins[0][-1])
-        elif n.op_type in ("Conv", "FusedConv"):
-            w = ins[1]
-            total += 2.0 * np.prod(outs[0]) * np.prod(w[1:])
-    return total
+            trans_a = next((at.i for at in n.attribute if at.name == "transA"), 0)
+            total += 2.0 * np.prod(y) * (a[0] if trans_a else a[-1])
+        else:
+            total += 2.0 * np.prod(y) * np.prod(w[1:])
+    return float(total)
 
 
 def gemm_peak_gflops(time_cap: float) -> float:
