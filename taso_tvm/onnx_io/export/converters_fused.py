@@ -75,36 +75,30 @@ def _guard_ok(ctx, args) -> bool:
     return len(args) < 6 or _zero(ctx, args[5])
 
 
-@register_fused("mha")
-def convert_mha(ctx, call, attrs, args) -> Optional[str]:
-    q, k, v, scale, mask = (args[i] for i in range(5))
-    s = _scalar(ctx, scale)
-    qd, kd = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
+def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: int, k_arg: int) -> Optional[str]:
+    """ORT's attention node `op_type` over `inputs` + its attention_bias, then the NaN guard; None where the call
+    has no such form (a scale that is not a constant, a fill that is not 0, shapes not static)."""
+    s = _scalar(ctx, args[3])
+    qd, kd = static_dims(call.args[q_arg].ty), static_dims(call.args[k_arg].ty)
     if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
         return None
     heads = int(attrs["num_heads"])
-    bias = _attention_bias(ctx, call, mask, qd[0], heads, qd[1], kd[1])
+    bias = _attention_bias(ctx, call, args[4], qd[0], heads, qd[1], kd[1])
     if bias is None:
         return None
-    out = ctx.node("MultiHeadAttention", [q, k, v, "", "", bias], domain=MS, out_types=[_elem(ctx, q)],
+    out = ctx.node(op_type, inputs + ["", "", bias], domain=MS, out_types=[_elem(ctx, inputs[0])],
                    num_heads=heads, scale=s)[0]
     return _guard(ctx, args, out)
+
+
+@register_fused("mha")
+def convert_mha(ctx, call, attrs, args) -> Optional[str]:
+    return _attention_node(ctx, call, attrs, args, "MultiHeadAttention", [args[0], args[1], args[2]], 0, 1)
 
 
 @register_fused("attention")
 def convert_attention(ctx, call, attrs, args) -> Optional[str]:
-    x, w, b, scale, mask = (args[i] for i in range(5))
-    s = _scalar(ctx, scale)
-    xd = static_dims(call.args[0].ty)
-    if s is None or xd is None or not _guard_ok(ctx, args):
-        return None
-    heads = int(attrs["num_heads"])
-    bias = _attention_bias(ctx, call, mask, xd[0], heads, xd[1], xd[1])
-    if bias is None:
-        return None
-    out = ctx.node("Attention", [x, w, b, "", "", bias], domain=MS, out_types=[_elem(ctx, x)],
-                   num_heads=heads, scale=s)[0]
-    return _guard(ctx, args, out)
+    return _attention_node(ctx, call, attrs, args, "Attention", [args[0], args[1], args[2]], 0, 0)
 
 
 @register_fused("skip_layernorm")
