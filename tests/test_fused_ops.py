@@ -70,6 +70,7 @@ CASES = {
     "bias_gelu": ("BiasGelu", lambda: _graph("bias_gelu", {"x": (2, 3, 16)}, {"b": _rand(16)})),
     "fast_gelu": ("FastGelu", lambda: _graph("fast_gelu", {"x": (2, 3, 16)}, {"b": _rand(16)})),
     "quick_gelu": ("QuickGelu", lambda: _graph("quick_gelu", {"x": (2, 3, 16)}, {})),
+    "quick_gelu_alpha_input": ("QuickGelu", lambda: _graph("quick_gelu", {"x": (2, 3, 16)}, {"c": [1.0]})),
     "fused_matmul": ("FusedMatMul", lambda: _graph("fused_matmul", {"a": (2, 5, 3), "b": (2, 4, 5)}, {},
                                                    trans_a=1, trans_b=1, alpha=0.5)),
     "erf_gelu": ("Gelu", lambda: _graph("erf_gelu", {"x": (2, 3, 16)}, {"r": 1 / np.sqrt(2), "o": 1.0, "h": 0.5})),

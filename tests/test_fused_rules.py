@@ -168,3 +168,48 @@ def test_the_generator_finds_rules_into_fused_operators(tmp_path):
 def test_the_generator_finds_fused_matmul_with_a_transposed_operand(tmp_path):
     pairs = _generated_pairs(tmp_path, ["matmul", "transpose", "fused_matmul"])
     assert any("fused_matmul" in t and "transpose" in s for s, t in pairs)
+
+
+
+@pytest.mark.parametrize("alpha", [None, 1.702])  # torch's SiLU (x sigmoid(x)); CLIP's quick_gelu
+def test_swish_and_quick_gelu_rewrite_into_quick_gelu(alpha):
+    """ONNX Runtime fuses Sigmoid and Mul into QuickGelu itself, so the cost model sees no gain and the search keeps
+    either form; the rules are proven (test_rules_library) and, applied, written as QuickGelu equal to the original."""
+    from taso_tvm.graph import NodeStore, TensorGraph, TensorType
+    from taso_tvm.graph.ops.decompose import lowering
+    from taso_tvm.onnx_io.export import export_relax
+    from taso_tvm.relay_pass.lower import lower_to_module
+    from taso_tvm.rules import apply_match, find_matches, load_rules
+
+    st = NodeStore()
+    x = st.input("x", TensorType((3, 16), "float32"))
+    (h,) = st.add("matmul", [x, st.weight(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))])
+    arg = h if alpha is None else st.add("mul", [h, st.weight(np.array(alpha, np.float32))])[0]
+    (s,) = st.add("sigmoid", [arg])
+    (y,) = st.add("mul", [s, h])  # sigmoid first: the matcher takes mul both ways
+    g = TensorGraph(st, [y])
+    rule = load_rules()["fuse_silu" if alpha is None else "fuse_quick_gelu"]
+    (m,) = find_matches(rule, g)
+    fused = apply_match(rule, g, m)
+    with lowering("composite"):
+        model = export_relax(lower_to_module(fused, params=["x"]))
+    q = [n for n in model.graph.node if n.domain == "com.microsoft"]
+    assert [n.op_type for n in q] == ["QuickGelu"]
+    assert abs(onnx.helper.get_attribute_value(q[0].attribute[0]) - (alpha or 1.0)) < 1e-6
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)}
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, g.evaluate(feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_quick_gelu_with_the_wrong_alpha_is_not_verified(axioms, tmp_path):
+    f = tmp_path / "silu.yaml"
+    f.write_text("""
+- name: silu_wrong
+  source: {y: "mul(x, sigmoid(x))"}
+  target: {y: "quick_gelu(x, alpha=1.702)"}
+  verify: {shapes: {x: [A, B]}}
+""")
+    (rule,) = read_rule_files([str(f)])
+    assert verify_rule(rule, axioms).status != "verified"

@@ -203,12 +203,19 @@ ERF_GELU = register_decomposed(
 
 
 def _quick_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
+    """x sigmoid(alpha x); with a second input, alpha is that one-element tensor (the attribute is then unused)."""
     v = x[0]
-    return [e.op("mul", v, e.op("sigmoid", e.op("mul", v, e.const(a["alpha"], v))))]
+    alpha = x[1] if len(x) == 2 else e.const(a["alpha"], v)
+    return [e.op("mul", v, e.op("sigmoid", e.op("mul", v, alpha)))]
 
 
-QUICK_GELU = register_decomposed("quick_gelu", 1, _quick_gelu, attrs={"alpha": 1.702},
-                                 doc="x * sigmoid(alpha * x)")
+def _quick_gelu_check(t: Sequence[TensorType], a: dict) -> None:
+    if len(t) not in (1, 2) or (len(t) == 2 and t[1].size != 1):
+        raise GraphError("quick_gelu: takes x and, optionally, a one-element alpha")
+
+
+QUICK_GELU = register_decomposed("quick_gelu", None, _quick_gelu, attrs={"alpha": 1.702}, check=_quick_gelu_check,
+                                 doc="x * sigmoid(alpha * x); alpha from a one-element second input when given")
 
 
 # ---------------------------------------------------------------- matrix products

@@ -144,9 +144,11 @@ def convert_erf_gelu(ctx, call, attrs, args) -> Optional[str]:
 
 
 @register_fused("quick_gelu")
-def convert_quick_gelu(ctx, call, attrs, args) -> str:
-    return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])],
-                    alpha=float(attrs["alpha"]))[0]
+def convert_quick_gelu(ctx, call, attrs, args) -> Optional[str]:
+    alpha = float(attrs["alpha"]) if len(args) == 1 else _scalar(ctx, args[1])
+    if alpha is None:  # alpha computed at run time: the decomposition
+        return None
+    return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])], alpha=float(alpha))[0]
 
 
 @register_fused("fused_matmul")
