@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 
 from ..errors import is_interrupt
+from ..onnx_io import weights
+from ..onnx_io.weights import offload
 from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
@@ -98,9 +100,10 @@ def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarra
 
 def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Sequence[str],
                    rm_outputs: Sequence[str], captures: Sequence[Capture], sym_types: Mapping[str, onnx.TypeProto],
-                   rtol: float, atol: float, strict: bool) -> None:
+                   rtol: float, atol: float, strict: bool, keep_out: bool = False) -> None:
     """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding
-    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was)."""
+    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was). `keep_out`: the
+    accepted region's weights go to the weight store (the model's are kept out of it too)."""
     from ..check import CheckFailed, compare_outputs, run_onnx
 
     relaxed = relax_boundary(optimized, sym_types)
@@ -119,7 +122,7 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
             res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
             log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
             return
-    res.accepted = relaxed
+    res.accepted = offload(relaxed) if keep_out else relaxed
 
 
 def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
@@ -177,6 +180,19 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
     """
+    mark, result = weights.mark(), model
+    try:
+        result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap, threads,
+                                   rtol, atol, seed, strict, inputs, standard_ops)
+    finally:  # the weights of regions searched and not kept
+        weights.release_since(mark, keep=[model, result])
+    return result, report
+
+
+def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional[Mapping[str, Sequence[int]]],
+              fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
+              rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
+              standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
     from ..check import CheckFailed, check_onnx
 
     t0 = time.monotonic()
@@ -209,7 +225,8 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
-            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops)
+            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
+                                   keep_out=weights.has_references(model))
             try:
                 replacements = search.run(rms, captures)
                 retry = [r for r in report.regions if r.accepted is None and r.rules_applied
@@ -308,7 +325,7 @@ class _RegionSearch:
     """Searches regions with one rule set and one cost model; `run` returns the accepted replacements."""
 
     def __init__(self, prep: Prepared, sym_types: dict, settings: dict, report: OnnxReport, rtol: float,
-                 atol: float, strict: bool, standard_ops: bool = False):
+                 atol: float, strict: bool, standard_ops: bool = False, keep_out: bool = False):
         from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
         from ..relay_pass.settings import resolve_settings
 
@@ -318,6 +335,7 @@ class _RegionSearch:
         self.search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
         self.search["standard_ops"] = standard_ops
         self.sym_types, self.report, self.rtol, self.atol, self.strict = sym_types, report, rtol, atol, strict
+        self.keep_out = keep_out
 
     def close(self) -> None:
         if self.owned:
@@ -332,7 +350,7 @@ class _RegionSearch:
             if optimized is None:
                 continue
             _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol, self.atol,
-                           self.strict)
+                           self.strict, self.keep_out)
             if res.accepted is None:
                 log.info("region %d: %s", rm.region.index, res.note)
                 continue

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..onnx_io.weights import references
 from ..quiet import quiet
 from .onnx_graph import default_opset, live_nodes, node_reads
 from .partition import Region
@@ -68,6 +69,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     if not outputs:
         return None
     inputs, inits, seen = [], [], set()
+    refs = {t.name: t for t in references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
         for x in n.input:
             if not x or x in seen or x in produced_set:
@@ -75,6 +77,8 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
             seen.add(x)
             if x in f.consts:
                 inits.append(numpy_helper.from_array(np.asarray(f.consts[x]), x))
+            elif x in refs:
+                inits.append(refs[x])
             else:
                 inputs.append(x)
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
