@@ -120,9 +120,9 @@ def save_model(model: Any, path: str, external_data: str = "auto", source: Any =
     it (PATH.data) as `external_data` says (auto: when `source`, the model read, had external data, or the
     model is over 1.8 GB)."""
     from .onnx_io.weights import has_data_files, save
-    from .progress import Progress
+    from .progress import Progress, phase
 
-    with Progress(len(model.graph.initializer), "writing weights", unit="tensors") as p:
+    with phase("writing"), Progress(len(model.graph.initializer), "writing weights", unit="tensors") as p:
         save(model, path, external_data, source is not None and has_data_files(source), progress=p)
 
 
@@ -131,11 +131,12 @@ def read_model(path: str, keep_invalid: bool = False) -> tuple[Any, str]:
     refuses is bad input otherwise (exit 2, one line)."""
     from .onnx_io import ModelLoadError, read_onnx
     from .onnx_io.sanity import checker_problem
-    from .progress import Progress
+    from .progress import phase
 
-    with Progress(1, "reading the model", unit="files"):
+    with phase("reading"):
         proto, label = read_onnx(path)
-    why = checker_problem(proto)
+    with phase("onnx.checker"):
+        why = checker_problem(proto)
     if why and not keep_invalid:
         raise ModelLoadError(f"{label} is not a valid ONNX model (onnx.checker): {why}")
     return proto, why

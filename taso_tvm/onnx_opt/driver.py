@@ -16,6 +16,7 @@ import onnx
 from ..errors import is_interrupt
 from ..onnx_io import weights
 from ..onnx_io.weights import offload
+from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
@@ -203,40 +204,48 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
     users_model = model
-    model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
+    with phase("shape reads"):
+        model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    second = _pick_second(model, first, inputs, seed) if first.dims else None
+    with phase("second binding"):
+        second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
         report.decision = ("original: the model does not run at any second value of its symbolic dims "
                            f"({', '.join(first.dims)}), so no rewrite could be checked for them")
         report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
         return users_model, report
-    prep = prepare(model, shapes, fold=fold, second=second)
+    with phase("preparing"):
+        prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    part = partition(prep, speculative=prep.symbolic)
+    with phase("partitioning"):
+        part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
-    sym_types = _sym_types(model)
+    with phase("region models"):
+        rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+        sym_types = _sym_types(model)
     result = model
     if rms:
-        captures = _captures(model, prep, rms, inputs, seed)
+        with phase("captures"):
+            captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
             search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
                                    keep_out=weights.has_references(model))
             try:
-                replacements = search.run(rms, captures)
-                retry = [r for r in report.regions if r.accepted is None and r.rules_applied
-                         and set(r.region.nodes) & part.speculative]
-                if retry:  # again without the reshapes the search was to remove, where it did not
-                    replacements += _retry(model, prep, part, retry, search, inputs, seed)
+                with phase("region search"):
+                    replacements = search.run(rms, captures)
+                    retry = [r for r in report.regions if r.accepted is None and r.rules_applied
+                             and set(r.region.nodes) & part.speculative]
+                    if retry:  # again without the reshapes the search was to remove, where it did not
+                        replacements += _retry(model, prep, part, retry, search, inputs, seed)
             finally:
                 search.close()
             if replacements:
-                result = restore_shape_reads(splice(model, replacements), moved)
+                with phase("splicing"):
+                    result = restore_shape_reads(splice(model, replacements), moved)
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         folded, report.folded_nodes = fold_into(result if result is not model else users_model,
                                                 binding_independent_constants(prep))
@@ -245,7 +254,8 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
-            check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
+            with phase("checking"):
+                check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
@@ -256,7 +266,8 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         from ..timing import compare_onnx
 
         feeds = feeds_at(model, prep.first.binding, inputs, seed)
-        report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
+        with phase("timing"):
+            report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
         if report.timing.verdict != "faster":
             report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
                                f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
@@ -343,18 +354,20 @@ class _RegionSearch:
 
     def run(self, rms: list, captures: list[Capture]) -> list:
         replacements = []
-        for rm in rms:
-            res = RegionResult(rm.region)
-            self.report.regions.append(res)
-            optimized = self._search_one(rm, res)
-            if optimized is None:
-                continue
-            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol, self.atol,
-                           self.strict, self.keep_out)
-            if res.accepted is None:
-                log.info("region %d: %s", rm.region.index, res.note)
-                continue
-            replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
+        with Progress(len(rms), "searching regions", unit="regions") as bar:
+            for rm in rms:
+                bar.update(note=f"region {rm.region.index}, {len(rm.region.nodes)} nodes")
+                res = RegionResult(rm.region)
+                self.report.regions.append(res)
+                optimized = self._search_one(rm, res)
+                if optimized is None:
+                    continue
+                _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol,
+                               self.atol, self.strict, self.keep_out)
+                if res.accepted is None:
+                    log.info("region %d: %s", rm.region.index, res.note)
+                    continue
+                replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
         return replacements
 
     def _search_one(self, rm: Any, res: RegionResult) -> Optional[onnx.ModelProto]:
