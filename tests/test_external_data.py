@@ -195,3 +195,18 @@ def test_references_round_trip(tmp_path):
     again = onnx.load(str(tmp_path / "copy.onnx"))
     for a, b in zip(m.graph.initializer, again.graph.initializer):
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_large_inline_model_is_offloaded(config, tmp_path, monkeypatch, capsys):
+    """A model that holds its weights inline (over OFFLOAD_INLINE_BYTES: here every model) keeps them in the store
+    while it is optimized; written inline again, as it came."""
+    monkeypatch.setattr(weights, "OFFLOAD_INLINE_BYTES", 0)
+    path, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(zoo.get_model("squeezenet"), str(path))
+    from taso_tvm.onnx_io import read_onnx
+
+    assert weights.references(read_onnx(str(path))[0])
+    assert main(["optimize", str(path), "-o", str(out), "--config", str(config), "--no-time-check"]) == 0
+    assert "optimized:" in capsys.readouterr().out and sorted(os.listdir(tmp_path)) == ["in.onnx", "out.onnx"]
+    feeds = zoo.random_inputs(onnx.load(str(path)))
+    assert_close(_outputs_from(tmp_path, out, feeds), _outputs_from(tmp_path, path, feeds), rtol=1e-3, atol=1e-4)
