@@ -144,6 +144,12 @@ def offload(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def forget(model: onnx.ModelProto) -> None:
+    """Drop the stored arrays `model` refers to (a model made here and no longer wanted)."""
+    for t in references(model):
+        _STORE.pop(_info(t)["location"], None)
+
+
 def mark() -> set:
     """The stored arrays now (for `release_since`)."""
     return set(_STORE)
@@ -371,5 +377,5 @@ def save(model: onnx.ModelProto, path: str, mode: str = "auto", source_has_data:
     return dpath
 
 
-__all__ = ["WeightsError", "array", "as_inputs", "data_path", "external_wanted", "has_data_files", "has_references", "inline",
+__all__ = ["WeightsError", "array", "as_inputs", "data_path", "external_wanted", "forget", "has_data_files", "has_references", "inline",
            "is_reference", "offload", "ort_initializers", "mark", "references", "release_since", "resolve", "save", "store"]

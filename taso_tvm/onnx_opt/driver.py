@@ -109,9 +109,10 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
 
     relaxed = relax_boundary(optimized, sym_types)
     try:
-        onnx.checker.check_model(relaxed, full_check=False)
+        onnx.checker.check_model(weights.as_inputs(relaxed), full_check=False)
     except Exception as e:  # the checker raises ValidationError and others
         res.note = f"exported region is not valid ONNX ({str(e).splitlines()[0]}); kept as is"
+        weights.forget(optimized)
         return
     for cap in captures:
         try:
@@ -122,8 +123,9 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
                 raise
             res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
             log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
+            weights.forget(optimized)
             return
-    res.accepted = offload(relaxed) if keep_out else relaxed
+    res.accepted = offload(relaxed) if keep_out else relaxed  # (the search's export is offloaded already)
 
 
 def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
