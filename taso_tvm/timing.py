@@ -261,8 +261,17 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort.set_default_logger_severity(4)
+    if not isinstance(model, (bytes, str)):
+        from .onnx_io.weights import ort_initializers
+
+        names, values = ort_initializers(model)  # weights kept out of the model: ORT reads them in place
+        if names:
+            opts.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(v) for v in values])
     data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    if not isinstance(model, (bytes, str)) and names:
+        sess._taso_weights = values  # the OrtValues point into these arrays
+    return sess
 
 
 def ort_runner(session: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:

@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 from ..quiet import quiet
+from .weights import inline, resolve
 from .. import errors as _errors
 
 log = logging.getLogger(__name__)
@@ -24,12 +25,16 @@ class ModelLoadError(_errors.ModelError, ValueError):
 
 
 def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
-    """Read an ONNX model from a path, bytes or a ModelProto; returns the model and a label for messages."""
+    """Read an ONNX model from a path, bytes or a ModelProto; returns the model and a label for messages.
+
+    A file's external data is read relative to the file's folder, whatever the working directory; its large
+    tensors stay references to their data file (`weights`), so the model is held once."""
     if isinstance(model, onnx.ModelProto):
         return model, f"model '{model.graph.name or 'in memory'}'"
     if isinstance(model, (bytes, bytearray)):
         label = "model bytes"
         data = bytes(model)
+        base_dir = os.getcwd()  # where ONNX itself looks for the data of a model given as bytes
     else:
         path = os.fspath(model)
         label = f"'{path}'"
@@ -39,12 +44,15 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
             raise ModelLoadError(f"cannot read {label}: it is a directory")
         with open(path, "rb") as f:
             data = f.read()
+        base_dir = os.path.dirname(os.path.abspath(path))
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf raises DecodeError and others
         raise ModelLoadError(f"{label} is not an ONNX model: {_errors.one_line(e)}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
+    del data
+    proto = resolve(proto, base_dir, label)
     from .sanity import model_problem
 
     why = model_problem(proto)
@@ -117,7 +125,7 @@ def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = 
         try:
             from tvm.relax.frontend.onnx import from_onnx
 
-            mod = from_onnx(proto, shape_dict=shape_dict or None, opset=opset)
+            mod = from_onnx(inline(proto), shape_dict=shape_dict or None, opset=opset)
         except Exception as e:  # the frontend raises many types; keep one line
             error = _import_error(e, proto, label)
         if error is not None:

@@ -14,6 +14,9 @@ import numpy as np
 import onnx
 
 from ..errors import is_interrupt
+from ..onnx_io import weights
+from ..onnx_io.weights import offload
+from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
@@ -98,16 +101,18 @@ def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarra
 
 def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Sequence[str],
                    rm_outputs: Sequence[str], captures: Sequence[Capture], sym_types: Mapping[str, onnx.TypeProto],
-                   rtol: float, atol: float, strict: bool) -> None:
+                   rtol: float, atol: float, strict: bool, keep_out: bool = False) -> None:
     """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding
-    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was)."""
+    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was). `keep_out`: the
+    accepted region's weights go to the weight store (the model's are kept out of it too)."""
     from ..check import CheckFailed, compare_outputs, run_onnx
 
     relaxed = relax_boundary(optimized, sym_types)
     try:
-        onnx.checker.check_model(relaxed, full_check=False)
+        onnx.checker.check_model(weights.as_inputs(relaxed), full_check=False)
     except Exception as e:  # the checker raises ValidationError and others
         res.note = f"exported region is not valid ONNX ({str(e).splitlines()[0]}); kept as is"
+        weights.forget(optimized)
         return
     for cap in captures:
         try:
@@ -118,8 +123,9 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
                 raise
             res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
             log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
+            weights.forget(optimized)
             return
-    res.accepted = relaxed
+    res.accepted = offload(relaxed) if keep_out else relaxed  # (the search's export is offloaded already)
 
 
 def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
@@ -177,6 +183,19 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
     """
+    mark, result = weights.mark(), model
+    try:
+        result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap, threads,
+                                   rtol, atol, seed, strict, inputs, standard_ops)
+    finally:  # the weights of regions searched and not kept
+        weights.release_since(mark, keep=[model, result])
+    return result, report
+
+
+def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional[Mapping[str, Sequence[int]]],
+              fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
+              rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
+              standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
     from ..check import CheckFailed, check_onnx
 
     t0 = time.monotonic()
@@ -187,39 +206,48 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
     users_model = model
-    model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
+    with phase("shape reads"):
+        model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    second = _pick_second(model, first, inputs, seed) if first.dims else None
+    with phase("second binding"):
+        second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
         report.decision = ("original: the model does not run at any second value of its symbolic dims "
                            f"({', '.join(first.dims)}), so no rewrite could be checked for them")
         report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
         return users_model, report
-    prep = prepare(model, shapes, fold=fold, second=second)
+    with phase("preparing"):
+        prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    part = partition(prep, speculative=prep.symbolic)
+    with phase("partitioning"):
+        part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
-    sym_types = _sym_types(model)
+    with phase("region models"):
+        rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+        sym_types = _sym_types(model)
     result = model
     if rms:
-        captures = _captures(model, prep, rms, inputs, seed)
+        with phase("captures"):
+            captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
-            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops)
+            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
+                                   keep_out=weights.has_references(model))
             try:
-                replacements = search.run(rms, captures)
-                retry = [r for r in report.regions if r.accepted is None and r.rules_applied
-                         and set(r.region.nodes) & part.speculative]
-                if retry:  # again without the reshapes the search was to remove, where it did not
-                    replacements += _retry(model, prep, part, retry, search, inputs, seed)
+                with phase("region search"):
+                    replacements = search.run(rms, captures)
+                    retry = [r for r in report.regions if r.accepted is None and r.rules_applied
+                             and set(r.region.nodes) & part.speculative]
+                    if retry:  # again without the reshapes the search was to remove, where it did not
+                        replacements += _retry(model, prep, part, retry, search, inputs, seed)
             finally:
                 search.close()
             if replacements:
-                result = restore_shape_reads(splice(model, replacements), moved)
+                with phase("splicing"):
+                    result = restore_shape_reads(splice(model, replacements), moved)
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         folded, report.folded_nodes = fold_into(result if result is not model else users_model,
                                                 binding_independent_constants(prep))
@@ -228,7 +256,8 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     if result is not model and check:
         feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
-            check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
+            with phase("checking"):
+                check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
@@ -239,7 +268,8 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
         from ..timing import compare_onnx
 
         feeds = feeds_at(model, prep.first.binding, inputs, seed)
-        report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
+        with phase("timing"):
+            report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
         if report.timing.verdict != "faster":
             report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
                                f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
@@ -308,7 +338,7 @@ class _RegionSearch:
     """Searches regions with one rule set and one cost model; `run` returns the accepted replacements."""
 
     def __init__(self, prep: Prepared, sym_types: dict, settings: dict, report: OnnxReport, rtol: float,
-                 atol: float, strict: bool, standard_ops: bool = False):
+                 atol: float, strict: bool, standard_ops: bool = False, keep_out: bool = False):
         from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
         from ..relay_pass.settings import resolve_settings
 
@@ -318,6 +348,7 @@ class _RegionSearch:
         self.search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
         self.search["standard_ops"] = standard_ops
         self.sym_types, self.report, self.rtol, self.atol, self.strict = sym_types, report, rtol, atol, strict
+        self.keep_out = keep_out
 
     def close(self) -> None:
         if self.owned:
@@ -325,18 +356,20 @@ class _RegionSearch:
 
     def run(self, rms: list, captures: list[Capture]) -> list:
         replacements = []
-        for rm in rms:
-            res = RegionResult(rm.region)
-            self.report.regions.append(res)
-            optimized = self._search_one(rm, res)
-            if optimized is None:
-                continue
-            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol, self.atol,
-                           self.strict)
-            if res.accepted is None:
-                log.info("region %d: %s", rm.region.index, res.note)
-                continue
-            replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
+        with Progress(len(rms), "searching regions", unit="regions") as bar:
+            for rm in rms:
+                bar.update(note=f"region {rm.region.index}, {len(rm.region.nodes)} nodes")
+                res = RegionResult(rm.region)
+                self.report.regions.append(res)
+                optimized = self._search_one(rm, res)
+                if optimized is None:
+                    continue
+                _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol,
+                               self.atol, self.strict, self.keep_out)
+                if res.accepted is None:
+                    log.info("region %d: %s", rm.region.index, res.note)
+                    continue
+                replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
         return replacements
 
     def _search_one(self, rm: Any, res: RegionResult) -> Optional[onnx.ModelProto]:

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..progress import Progress
 from ..quiet import quiet
 from .onnx_graph import CONTROL_FLOW, DEFAULT_DOMAINS, default_opset, has_subgraph, node_reads, producers
 from .prepare import Prepared
@@ -286,16 +287,18 @@ def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) ->
     reasons: dict[int, str] = {}
     searchable: set[int] = set()
     spec: set[int] = set()
-    for i in range(len(graph.node)):
-        why = node_status(prep, i, probe)
-        if why is None:
-            searchable.add(i)
-        elif speculative and graph.node[i].op_type == "Reshape" and why in SPECULATIVE_REASONS \
-                and i in prep.first.kept and _probe_first(prep, i, probe):
-            searchable.add(i)
-            spec.add(i)
-        else:
-            reasons[i] = why
+    with Progress(len(graph.node), "trying nodes in TVM", unit="nodes") as bar:
+        for i in range(len(graph.node)):
+            why = node_status(prep, i, probe)
+            if why is None:
+                searchable.add(i)
+            elif speculative and graph.node[i].op_type == "Reshape" and why in SPECULATIVE_REASONS \
+                    and i in prep.first.kept and _probe_first(prep, i, probe):
+                searchable.add(i)
+                spec.add(i)
+            else:
+                reasons[i] = why
+            bar.update()
     prod = producers(graph)
     level: dict[int, int] = {}
     for i, n in enumerate(graph.node):  # the graph is topologically sorted (the checker requires it)

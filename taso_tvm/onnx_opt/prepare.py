@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..onnx_io.weights import LARGE_ELEMENTS, as_inputs, is_reference
 from ..quiet import quiet
 from .. import errors as _errors
 
@@ -190,7 +191,7 @@ def bind_inputs(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
 
 
 MAX_FOLD_ROUNDS = 3  # onnxsim + shape inference again while it folds more (shapes it learns unlock chains)
-LARGE_CONSTANT = 4096  # elements; larger initializers cannot be shape data, so inference sees only their type
+LARGE_CONSTANT = LARGE_ELEMENTS  # larger initializers cannot be shape data, so inference sees only their type
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -243,8 +244,9 @@ def _working_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bool]:
     """onnxsim at `binding` (constant folding and shape inference only); (model, True), or the bound copy and
-    False when onnxsim is absent or fails on this model."""
-    bound = bind_inputs(model, binding)
+    False when onnxsim is absent or fails on this model. Weights kept out of the model (`onnx_io.weights`) are
+    graph inputs to it: they are never shape data, and onnxsim would serialize them."""
+    bound = as_inputs(bind_inputs(model, binding))
     try:
         import onnxsim
     except ImportError:  # pragma: no cover - a declared dependency
@@ -289,7 +291,7 @@ def fold_at(model: onnx.ModelProto, binding: Binding, fold: bool = True) -> tupl
     for n in folded.graph.node:
         if n.name.startswith(NODE_PREFIX):
             kept[int(n.name[len(NODE_PREFIX):])] = n
-    consts = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
+    consts = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer if not is_reference(i)}
     for n in folded.graph.node:  # Constant nodes the folding kept are constants too
         if n.op_type == "Constant" and len(n.output) == 1:
             try:

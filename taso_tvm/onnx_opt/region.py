@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..onnx_io import weights
+from ..onnx_io.weights import references
 from ..quiet import quiet
 from .onnx_graph import default_opset, live_nodes, node_reads
 from .partition import Region
@@ -68,6 +70,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     if not outputs:
         return None
     inputs, inits, seen = [], [], set()
+    refs = {t.name: t for t in references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
         for x in n.input:
             if not x or x in seen or x in produced_set:
@@ -75,6 +78,8 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
             seen.add(x)
             if x in f.consts:
                 inits.append(numpy_helper.from_array(np.asarray(f.consts[x]), x))
+            elif x in refs:
+                inits.append(refs[x])
             else:
                 inputs.append(x)
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
@@ -98,11 +103,16 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
 
 
 def _ops_and_weights(model: onnx.ModelProto) -> tuple:
-    """The operators and constants a model uses, as multisets: equal for a rewrite that ONNX cannot tell from the
-    original (keeping the original then is always right)."""
+    """The operators and constants a model uses, as multisets (constants by type, shape and digest): equal for a
+    rewrite that ONNX cannot tell from the original (keeping the original then is always right)."""
+    import hashlib
+
     ops = sorted(f"{n.domain}/{n.op_type}" for n in model.graph.node)
-    consts = sorted(numpy_helper.to_array(t).tobytes() for t in model.graph.initializer)
-    return ops, consts
+    consts = []
+    for t in model.graph.initializer:
+        arr = np.ascontiguousarray(weights.array(t))
+        consts.append((str(arr.dtype), arr.shape, hashlib.sha1(memoryview(arr.reshape(-1)).cast("B")).digest()))
+    return ops, sorted(consts)
 
 
 def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[onnx.ModelProto], Any]:
@@ -121,11 +131,18 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     if tot is None or not tot.rules_applied:
         return None, p.report
     opset = default_opset(rm.model)
+    # a model whose weights are kept out of it (`weights`): so are the exports', one at a time
+    keep = weights.offload if weights.has_references(rm.model) else (lambda m: m)
     with quiet():
-        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                           standard_ops=standard_ops, relative_reshape=rm.symbolic)
-        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                            relative_reshape=rm.symbolic)
-    if _ops_and_weights(out) == _ops_and_weights(same):  # e.g. conv+relu fused, then written as Conv + Relu
+        out = keep(export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                                standard_ops=standard_ops, relative_reshape=rm.symbolic))
+        del new_mod
+        same = keep(export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                                 relative_reshape=rm.symbolic))
+    del mod
+    unchanged = _ops_and_weights(out) == _ops_and_weights(same)  # e.g. conv+relu fused, written as Conv + Relu
+    weights.forget(same)
+    if unchanged:
+        weights.forget(out)
         return None, p.report
     return out, p.report
