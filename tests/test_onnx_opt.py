@@ -1,6 +1,7 @@
 """The ONNX path: regions searched and spliced back, everything else copied node for node, symbolic dims kept,
 rewrites that bake a symbolic dim refused, and the never-slower guard."""
 import copy
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,6 +16,9 @@ from taso_tvm.onnx_opt.prepare import make_binding, prepare, symbolic_dims
 from util import assert_close, ort_run
 
 ANALYTIC = {"cost": "analytic", "budget": 10}
+
+
+REAL = Path(__file__).parent / "data" / "real_models"
 
 
 def _feeds(model, dims, seed=0):
@@ -153,6 +157,22 @@ def test_a_cost_model_that_prefers_slower_graphs_is_caught():
     assert report.regions and any(r.rules_applied for r in report.regions)
     assert report.timing is not None and report.timing.verdict != "faster"
     assert out is m and report.decision.startswith("original")
+
+
+def test_rewrites_must_beat_the_folding_alone():
+    """A model whose shape chains fold (symbolic batch) and whose regions are rewritten: the guard times the
+    original, the result and the folding alone together; the rewritten regions are written only if faster than the
+    folding alone."""
+    m = onnx.load(str(REAL / "shufflenet_v2.onnx"))
+    out, report = optimize_onnx(m, ANALYTIC, time_check=True, time_cap=8.0)
+    assert any(r.rules_applied for r in report.regions)
+    t = report.timing
+    assert [lat.name for lat in t.latencies] == ["original", "optimized", "folded"]
+    if report.accepted:  # written with its rewrites: then they beat the folding alone
+        assert t.verdict == "faster" and t.between(2, 1).ratio <= 1.0
+    else:
+        assert report.decision.startswith("original") or "not faster than the folding alone" in report.decision
+        assert len(out.graph.node) <= len(m.graph.node)
 
 
 def _gather_model():

@@ -248,9 +248,13 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
             if replacements:
                 with phase("splicing"):
                     result = restore_shape_reads(splice(model, replacements), moved)
+    folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
-        folded, report.folded_nodes = fold_into(result if result is not model else users_model,
-                                                binding_independent_constants(prep))
+        consts = binding_independent_constants(prep)
+        if result is not model:  # regions were rewritten
+            folded_only, n = fold_into(users_model, consts)
+            folded_only = folded_only if n else None
+        folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
         if report.folded_nodes:
             result = folded
     if result is not model and check:
@@ -258,6 +262,8 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         try:
             with phase("checking"):
                 check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
+                if folded_only is not None and time_check:
+                    check_onnx(users_model, folded_only, feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
@@ -265,16 +271,11 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
             report.decision = f"original: the optimized model failed the check ({e})"
             result = model
     if result is not model and time_check:
-        from ..timing import compare_onnx
-
-        feeds = feeds_at(model, prep.first.binding, inputs, seed)
-        with phase("timing"):
-            report.timing = compare_onnx(users_model, result, feeds, threads=threads, time_cap=time_cap)
-        if report.timing.verdict != "faster":
-            report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
-                               f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
+        result = _guard(report, users_model, result, folded_only if result is not folded_only else None,
+                        feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
+        if result is None:
             result = model
-    if result is not model and result is not users_model:
+    if result is not model and result is not users_model and not report.decision:
         report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
             (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
     else:
@@ -283,6 +284,39 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
             report.decision = "original: no rewrite was found"
     report.seconds = time.monotonic() - t0
     return result, report
+
+
+def _guard(report: OnnxReport, original: onnx.ModelProto, result: onnx.ModelProto,
+           folded_only: Optional[onnx.ModelProto], feeds: dict, threads: int,
+           time_cap: float) -> Optional[onnx.ModelProto]:
+    """The never-slower guard: time the original, the result and (where the result also rewrote regions) the
+    original with only the folding, in one alternating run; return the model to write, or None for the original.
+    The rewritten regions are kept only if the result is faster than the original and not slower than folding
+    alone (so the output is never behind what onnxsim's folding gives)."""
+    from ..timing import compare_onnx_models
+
+    models, names = [original, result], ["original", "optimized"]
+    if folded_only is not None:
+        models.append(folded_only)
+        names.append("folded")
+    with phase("timing"):
+        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names)
+    if folded_only is not None:
+        vs_folded = t.between(2, 1)
+        if t.verdict == "faster" and (vs_folded.verdict == "faster"
+                                      or (vs_folded.verdict != "slower" and vs_folded.ratio <= 1.0)):
+            return result
+        if t.ratios[1].verdict == "faster":
+            report.decision = (f"optimized: {report.folded_nodes} node(s) folded into constants; the rewritten "
+                               f"regions were not faster than the folding alone ({vs_folded})")
+            for r in report.accepted:
+                r.accepted, r.note = None, "rewritten, but the whole was not faster than the folding alone"
+            return folded_only
+    elif t.verdict == "faster":
+        return result
+    report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
+                       f"({t.verdict}, ratio {t.ratio:.3f})")
+    return None
 
 
 def _target(target: Any) -> Any:
