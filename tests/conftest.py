@@ -43,6 +43,9 @@ SLOW = {
     "tests/test_export.py::test_light_models[inception_v1]",
     "tests/test_export.py::test_light_models[densenet121]",
     "tests/test_export.py::test_light_models[resnet50]",
+    "tests/test_export.py::test_zoo_models[resnet50]",
+    "tests/test_export.py::test_light_models[inception_v2]",
+    "tests/test_incremental.py::test_rewrites_reuse_the_parents_components[nasrnn]",
 }
 
 
