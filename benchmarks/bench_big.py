@@ -45,42 +45,9 @@ if spec["kind"] == "bert":
     names = ["input_ids", "attention_mask"]
     args = (torch.randint(0, 1000, (1, %(seq)d)), torch.ones(1, %(seq)d, dtype=torch.int64))
 else:  # GPT-2's blocks written out (transformers' mask code does not trace with the TorchScript exporter)
-    import math
-    nn, F = torch.nn, torch.nn.functional
-    H, L, NH, V, P = spec["hidden"], spec["layers"], spec["heads"], 50257, 1024
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1, self.ln_2 = nn.LayerNorm(H), nn.LayerNorm(H)
-            self.c_attn, self.c_proj = nn.Linear(H, 3 * H), nn.Linear(H, H)
-            self.c_fc, self.mlp_proj = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
-
-        def forward(self, x, mask):
-            b, t, _ = x.shape
-            q, k, v = self.c_attn(self.ln_1(x)).split(H, dim=2)
-            q, k, v = (z.view(b, t, NH, H // NH).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(H // NH) + mask[:t, :t]
-            y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, H)
-            x = x + self.c_proj(y)
-            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-    class GPT2(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(V, H), nn.Embedding(P, H)
-            self.h = nn.ModuleList(Block() for _ in range(L))
-            self.ln_f = nn.LayerNorm(H)
-            self.register_buffer("mask", torch.full((P, P), -1e4).triu(1))
-
-        def forward(self, input_ids):
-            pos = torch.arange(input_ids.shape[1]).unsqueeze(0)
-            x = self.wte(input_ids) + self.wpe(pos)
-            for blk in self.h:
-                x = blk(x, self.mask)
-            return self.ln_f(x)
-
-    model = GPT2().eval()
+    sys.path.insert(0, spec["peers_dir"])
+    from gpt2_blocks import GPT2
+    model = GPT2(spec["hidden"], spec["layers"], spec["heads"]).eval()
     names = ["input_ids"]
     args = (torch.randint(0, 1000, (1, %(seq)d)),)
 dims = {n: {0: "batch", 1: "sequence"} for n in names}
@@ -104,7 +71,8 @@ def export(name: str, python: str) -> str:
     raw = os.path.join(folder, "raw")  # torch writes a file per weight past 2 GB: gathered into model.data
     os.makedirs(raw, exist_ok=True)
     t = time.monotonic()
-    subprocess.run([python, "-c", EXPORT, json.dumps(MODELS[name]), path, os.path.join(raw, "model.onnx")],
+    spec = dict(MODELS[name], peers_dir=os.path.join(ROOT, "benchmarks", "peers"))
+    subprocess.run([python, "-c", EXPORT, json.dumps(spec), path, os.path.join(raw, "model.onnx")],
                    check=True)
     shutil.rmtree(raw)
     print(f"exported {name} in {time.monotonic() - t:.0f} s", flush=True)

@@ -42,6 +42,8 @@ MODELS = {
                           [128]),
     "vit_base_legacy": ("vit", "legacy", dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
                                               num_attention_heads=12, intermediate_size=3072), "vit", [197]),
+    # GPT-2 small's architecture written out in torch (gpt2_blocks.py): transformers' GPT-2 does not export here
+    "gpt2_small_blocks": ("gpt2_blocks", "legacy", dict(hidden=768, layers=12, heads=12), "gpt2", [128]),
     "gpt2_small_dynamo": ("gpt2", "dynamo", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
                                                  use_cache=False), "gpt2", [128]),
 }
@@ -81,6 +83,13 @@ def _module(family: str, cfg: dict):
         ex = (torch.randn(1, 3, size, size),)
         specs = [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, size, size]}]
         return Pixels(m).eval(), ex, specs, cfg["num_attention_heads"], cfg["hidden_size"]
+    if family == "gpt2_blocks":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from gpt2_blocks import GPT2, VOCAB
+
+        ex = (torch.randint(0, VOCAB, (1, 16)),)
+        specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, VOCAB]}]
+        return GPT2(**cfg).eval(), ex, specs, cfg["heads"], cfg["hidden"]
     if family == "gpt2":
         m = tf.GPT2Model(tf.GPT2Config(**cfg))
         vocab = m.config.vocab_size
@@ -130,9 +139,13 @@ def export(name: str, out: Path) -> dict:
     dims = {"batch": [1, 2]} if family == "vit" else {"batch": [1, 2], "sequence": [16, 9]}
     _check(path, module, specs, dims)
     data = path.read_bytes()
+    if family == "gpt2_blocks":  # no transformers class: the architecture is written out in gpt2_blocks.py
+        source_package = "benchmarks/peers/gpt2_blocks.py"
+    else:
+        source_package = "transformers"
     return {"name": name, "file": path.name, "set": "peers",
-            "source": {"package": "transformers", "version": transformers.__version__,
-                       "config": dict(cfg, arch=type(module.m).__name__),
+            "source": {"package": source_package, "version": transformers.__version__,
+                       "config": dict(cfg, arch=type(getattr(module, "m", module)).__name__),
                        "parameters": int(sum(p.numel() for p in module.parameters()))},
             "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
             "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
