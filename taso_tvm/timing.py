@@ -27,9 +27,6 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 DEFAULT_TIME_CAP = 20.0  # seconds
-# compare_onnx: models whose weights together are over this are timed without ONNX Runtime's prepacked weights
-# (each session would hold a second copy of its model's weights; both are timed alike)
-PREPACK_MAX_BYTES = 1 << 30
 DEFAULT_MAX_ROUNDS = 10_000
 DEFAULT_CONFIDENCE = 0.95
 FIRST_LOOK = 8  # rounds before the first look at the interval (8 wins out of 8 is the first decisive result)
@@ -248,12 +245,11 @@ def measure(fn: Callable[[], Any], name: str = "run", time_cap: float = 2.0, max
 
 
 # ------------------------------------------------------------------------------------------- runtimes
-def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = True, prepack: bool = True) -> Any:
+def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = True) -> Any:
     """An ONNX Runtime session the way the project times ONNX: CPU provider, `threads` intra-op threads, one
     inter-op thread, sequential execution, all graph optimizations. `model`: a ModelProto, its bytes or a path.
     `spin=False`: the intra-op threads do not spin after a run (interleaved with another runtime on few cores, the
-    spinning threads hold the cores the next run needs). `prepack=False`: the operators do not keep their weights
-    in a layout of their own (a second copy of the model's weights)."""
+    spinning threads hold the cores the next run needs)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -264,8 +260,6 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     opts.log_severity_level = 4  # a model that fails is reported by the caller, in one line
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if not prepack:
-        opts.add_session_config_entry("session.disable_prepacking", "1")
     ort.set_default_logger_severity(4)
     if not isinstance(model, (bytes, str)):
         from .onnx_io.weights import ort_initializers
@@ -289,26 +283,13 @@ def ort_runner(session: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], An
 
 def compare_onnx(original: Any, optimized: Any, feeds: Mapping[str, np.ndarray], threads: int = 2,
                  time_cap: float = DEFAULT_TIME_CAP, names: Sequence[str] = ("original", "optimized"),
-                 spin: bool = False, prepack: Optional[bool] = None, **kwargs: Any) -> TimingResult:
+                 spin: bool = False, **kwargs: Any) -> TimingResult:
     """Compare two ONNX models (ModelProto, bytes or path) in ONNX Runtime on the same feeds;
     `verdict` says whether the optimized one is faster. `kwargs` go to `compare`. The sessions' threads do not
     spin after a run unless `spin`: alternating with spinning threads, each session's run waits for the cores the
-    other's idle threads hold, which adds noise (and an order effect) without changing which model is faster.
-    `prepack`: whether the sessions prepack their weights (`ort_session`); by default unless the two models'
-    weights are over PREPACK_MAX_BYTES together."""
-    if prepack is None:  # two sessions of a big model, each with its weights prepacked: four copies of them
-        prepack = sum(_weight_bytes(m) for m in (original, optimized)) <= PREPACK_MAX_BYTES
-    runs = [ort_runner(ort_session(m, threads, spin=spin, prepack=prepack), feeds) for m in (original, optimized)]
+    other's idle threads hold, which adds noise (and an order effect) without changing which model is faster."""
+    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in (original, optimized)]
     return compare(*runs, names=names, time_cap=time_cap, **kwargs)
-
-
-def _weight_bytes(model: Any) -> int:
-    """The bytes of a ModelProto with its weights (those kept out of it included); 0 for bytes or a path."""
-    if isinstance(model, (bytes, str)):
-        return 0
-    from .onnx_io.weights import size
-
-    return size(model)
 
 
 def vm_runner(executable: Any, args: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]], device: Any = None,
