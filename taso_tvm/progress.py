@@ -63,6 +63,15 @@ def peak_rss_mb(reset: bool = False) -> float:
         return 0.0
 
 
+def rss_mb() -> float:
+    """The process's resident memory now in MB (Linux: VmRSS), 0.0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
+    except (OSError, ValueError):
+        return 0.0
+
+
 @contextlib.contextmanager
 def phase(name: str, stream: Optional[TextIO] = None) -> Iterator[None]:
     """One phase of a long command: a line on a terminal while it runs (when it takes over PHASE_NOTE_S), and a
@@ -85,9 +94,13 @@ def phase(name: str, stream: Optional[TextIO] = None) -> Iterator[None]:
     try:
         yield
     finally:
+        from .memory import trim
+
+        trim()  # what the phase freed goes back to the system before the next one starts
         if timer is not None:
             timer.cancel()
             if time.perf_counter() - t0 >= PHASE_NOTE_S:
                 stream.write(f"\r{name}: {time.perf_counter() - t0:.1f} s".ljust(60)[:100] + "\n")
                 stream.flush()
-        log.info("phase %s: %.2f s, peak RSS %.0f MB", name, time.perf_counter() - t0, peak_rss_mb())
+        log.info("phase %s: %.2f s, peak RSS %.0f MB, %.0f MB at its end", name, time.perf_counter() - t0,
+                 peak_rss_mb(), rss_mb())

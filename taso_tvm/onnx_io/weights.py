@@ -103,10 +103,23 @@ def array(t: onnx.TensorProto) -> np.ndarray:
     if m is None:
         if int(np.prod(shape, dtype=np.int64)) == 0:
             m = np.zeros(shape, dt)
-        else:
-            m = np.memmap(loc, dtype=dt, mode="r", offset=key[1], shape=shape)
+        else:  # copy-on-write, so that `shared` can lend it to TVM; read-only to everyone else
+            m = np.memmap(loc, dtype=dt, mode="c", offset=key[1], shape=shape).view()
+            m.flags.writeable = False
         _MAPS[key] = m
     return m
+
+
+def shared(t: onnx.TensorProto) -> np.ndarray:
+    """A reference's value as an array that DLPack can lend without a copy (TVM's constants): the writable
+    array behind `array`'s read-only view (a copy-on-write map of the file, or the stored array). Never write
+    to it."""
+    a = array(t)
+    b = a.base
+    if (not a.flags.writeable and isinstance(b, np.ndarray) and b.flags.writeable and b.shape == a.shape
+            and b.dtype == a.dtype and b.ctypes.data == a.ctypes.data):
+        return b
+    return a
 
 
 def _reference(t: onnx.TensorProto, location: str, offset: int = 0, length: int = 0) -> onnx.TensorProto:
@@ -161,6 +174,43 @@ def release_since(before: set, keep: Iterable[onnx.ModelProto]) -> None:
     wanted = {_info(t)["location"] for m in keep for t in references(m)}
     for key in [k for k in _STORE if k not in before and k not in wanted]:
         del _STORE[key]
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = np.ascontiguousarray(a).reshape(-1).view(np.uint8), np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+    return bool(np.array_equal(a[:256], b[:256]) and np.array_equal(a, b))
+
+
+def keep_out(originals: onnx.ModelProto) -> Callable[[str, Any, int], Optional[onnx.TensorProto]]:
+    """For the exporter (`export_relax`'s `initializer`): a large constant `name` holding `value` (of ONNX type
+    `elem`) as a reference, the way `offload` would keep it, without a copy in a TensorProto: a weight of
+    `originals` that holds the same bytes (one the rewrite left as it was) is referred to where it is; any other
+    value is copied into the store. None for a small constant or a type kept inline."""
+    by_type: dict[tuple, list[onnx.TensorProto]] = {}
+    for t in references(originals):
+        by_type.setdefault((t.data_type, tuple(int(d) for d in t.dims)), []).append(t)
+
+    def make(name: str, value: Any, elem: int) -> Optional[onnx.TensorProto]:
+        dt = _np_dtype(elem)
+        a = np.asarray(value)
+        if dt is None or a.size <= LARGE_ELEMENTS:
+            return None
+        a = a.astype(dt, copy=False)
+        header = onnx.TensorProto(name=name, data_type=elem, dims=a.shape)
+        for t in by_type.get((elem, a.shape), ()):
+            orig = array(t)
+            if _same_bytes(orig, a):
+                if _info(t)["location"].startswith(MEM_PREFIX):
+                    return store(header, orig)  # the same array under a key of its own (`forget` drops the key)
+                r = onnx.TensorProto()
+                r.CopyFrom(t)
+                r.name = name
+                return r
+        return store(header, np.array(a, order="C", copy=True))
+
+    return make
 
 
 def inline(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -378,4 +428,4 @@ def save(model: onnx.ModelProto, path: str, mode: str = "auto", source_has_data:
 
 
 __all__ = ["WeightsError", "array", "as_inputs", "data_path", "external_wanted", "forget", "has_data_files", "has_references", "inline",
-           "is_reference", "offload", "ort_initializers", "mark", "references", "release_since", "resolve", "save", "store"]
+           "is_reference", "keep_out", "shared", "offload", "ort_initializers", "mark", "references", "release_since", "resolve", "save", "store"]

@@ -120,6 +120,7 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     export the result at the model's opset; (None, report) when the search applied no rule."""
     from ..onnx_io import load_onnx
     from ..onnx_io.export import export_relax
+    from ..memory import trim
     from ..relay_pass.taso_pass import TasoOptimize
 
     with quiet():
@@ -129,20 +130,26 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     new_mod = p(mod)
     tot = p.report.total
     if tot is None or not tot.rules_applied:
+        del mod, new_mod
+        trim()
         return None, p.report
     opset = default_opset(rm.model)
-    # a model whose weights are kept out of it (`weights`): so are the exports', one at a time
-    keep = weights.offload if weights.has_references(rm.model) else (lambda m: m)
+    # a model whose weights are kept out of it (`weights`): so are the exports', the weights the rewrite left as
+    # they were referred to where they are, the others copied once (from the Relax constants, into the store)
+    keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None
     with quiet():
-        out = keep(export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                                standard_ops=standard_ops, relative_reshape=rm.symbolic))
+        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                           standard_ops=standard_ops, relative_reshape=rm.symbolic, initializer=keep)
         del new_mod
-        same = keep(export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                                 relative_reshape=rm.symbolic))
+        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                            relative_reshape=rm.symbolic, initializer=keep)
     del mod
+    report = p.report
+    del p
+    trim()  # the Relax modules' constants (a copy of the region's weights, and more) go now, not at some later gc
     unchanged = _ops_and_weights(out) == _ops_and_weights(same)  # e.g. conv+relu fused, written as Conv + Relu
     weights.forget(same)
     if unchanged:
         weights.forget(out)
-        return None, p.report
-    return out, p.report
+        return None, report
+    return out, report

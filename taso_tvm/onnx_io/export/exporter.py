@@ -6,8 +6,9 @@ modules), tracks symbolic dimensions, assembles the ``onnx.ModelProto`` and pick
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -542,7 +543,9 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
                  input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
                  model_name: str = "main", name_prefix: str = "",
                  origins: Optional[Dict[str, str]] = None, standard_ops: bool = False,
-                 relative_reshape: bool = False) -> onnx.ModelProto:
+                 relative_reshape: bool = False,
+                 initializer: Optional[Callable[[str, np.ndarray, int], Optional[onnx.TensorProto]]] = None
+                 ) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
@@ -576,7 +579,7 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
     """
     try:
         model = _export(mod_or_func, opset, input_names, output_names, model_name, origins, standard_ops,
-                        relative_reshape)
+                        relative_reshape, initializer)
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
@@ -588,7 +591,7 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
 
 
 def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None,
-            standard_ops: bool = False, relative_reshape: bool = False) -> onnx.ModelProto:
+            standard_ops: bool = False, relative_reshape: bool = False, initializer=None) -> onnx.ModelProto:
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
@@ -614,7 +617,7 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
     inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
     v = _opset.choose_opset(alive, opset, ctx.origins)
     node_protos = _opset.render(alive, v, inits, ctx.types)
-    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits)
+    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits, initializer)
 
 
 def _bind_inputs(ctx, func, input_names):
@@ -691,7 +694,7 @@ def _live_nodes(ctx, out_names):
 
 
 def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs, graph_outputs,
-                    inits) -> onnx.ModelProto:
+                    inits, initializer=None) -> onnx.ModelProto:
     """The ModelProto, built in place so that large initializers are copied exactly once."""
     model = onnx.ModelProto()
     opsets = [helper.make_opsetid("", opset)]
@@ -706,7 +709,11 @@ def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs,
     graph.input.extend(graph_inputs)
     graph.output.extend(graph_outputs)
     for name, (arr, elem) in inits.items():
-        fill_tensor_proto(graph.initializer.add(), name, arr, elem)
+        t = initializer(name, arr, elem) if initializer is not None else None
+        if t is None:
+            fill_tensor_proto(graph.initializer.add(), name, arr, elem)
+        else:
+            graph.initializer.append(t)
     model.ir_version = onnx.IR_VERSION
     try:
         model.ir_version = max(helper.find_min_ir_version_for(opsets), _min_ir_for_types(ctx, inits))
