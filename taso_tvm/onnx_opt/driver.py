@@ -183,15 +183,16 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
     """
-    from ..memory import limit_heap
+    from ..memory import returning_memory
 
-    limit_heap()  # freed weights (Relax constants, prepacked copies) go back to the system at once
     mark, result = weights.mark(), model
-    try:
-        result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap, threads,
-                                   rtol, atol, seed, strict, inputs, standard_ops)
-    finally:  # the weights of regions searched and not kept
-        weights.release_since(mark, keep=[model, result])
+    # a big model (weights kept out of it): freed weights (Relax constants, prepacked copies) go back at once
+    with returning_memory(weights.has_references(model)):
+        try:
+            result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap,
+                                       threads, rtol, atol, seed, strict, inputs, standard_ops)
+        finally:  # the weights of regions searched and not kept
+            weights.release_since(mark, keep=[model, result])
     return result, report
 
 
