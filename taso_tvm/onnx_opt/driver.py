@@ -261,66 +261,96 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
         if report.folded_nodes:
             result = folded
+    check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     if result is not model and check:
-        feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
             with phase("checking"):
-                check_onnx(users_model, result, feeds, rtol=rtol, atol=atol)
+                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol)
                 if folded_only is not None and time_check:
-                    check_onnx(users_model, folded_only, feeds, rtol=rtol, atol=atol)
+                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
             log.warning("the spliced model failed the check (%s): keeping the original", e)
             report.decision = f"original: the optimized model failed the check ({e})"
             result = model
-    if result is not model and time_check:
-        result = _guard(report, users_model, result, folded_only if result is not folded_only else None,
-                        feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
-        if result is None:
-            result = model
-    if result is not model and result is not users_model and not report.decision:
-        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
-            (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
-    else:
+    if time_check and not report.decision:
+        # the equivalent models a user could otherwise run, timed with the result: the fastest is written
+        others = [("folded", folded_only)] if folded_only is not None and result is not model else []
+        sim = _onnxsim_output(users_model, check_feeds, rtol, atol)
+        if sim is not None:
+            others.append(("onnxsim", sim))
+        if result is not model or others:
+            chosen = _guard(report, users_model, result if result is not model else None, others,
+                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
+            result = model if chosen is None else chosen
+    if result is model or result is users_model:
         result = users_model
         if not report.decision:
             report.decision = "original: no rewrite was found"
+    elif not report.decision:
+        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
+            (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
     report.seconds = time.monotonic() - t0
     return result, report
 
 
-def _guard(report: OnnxReport, original: onnx.ModelProto, result: onnx.ModelProto,
-           folded_only: Optional[onnx.ModelProto], feeds: dict, threads: int,
-           time_cap: float) -> Optional[onnx.ModelProto]:
-    """The never-slower guard: time the original, the result and (where the result also rewrote regions) the
-    original with only the folding, in one alternating run; return the model to write, or None for the original.
-    The rewritten regions are kept only if the result is faster than the original and not slower than folding
-    alone (so the output is never behind what onnxsim's folding gives)."""
+def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
+                    atol: float) -> Optional[onnx.ModelProto]:
+    """onnxsim's own output for the user's model (what a user would otherwise run), if it differs from the model and
+    equals it at every binding checked; None where onnxsim fails, changes nothing, or the model's weights are kept
+    out of it (a big model: onnxsim would hold them all once more)."""
+    from ..check import check_onnx
+    from ..quiet import quiet
+
+    if weights.has_references(model):
+        return None
+    try:
+        import onnxsim
+
+        with phase("onnxsim"), quiet():
+            out, ok = onnxsim.simplify(copy.deepcopy(model))
+        if not ok or out.graph.SerializeToString() == model.graph.SerializeToString():
+            return None
+        check_onnx(model, out, feeds, rtol=rtol, atol=atol)
+    except Exception as e:  # onnxsim's own failures, a wrong result: it is just not a candidate
+        if is_interrupt(e):
+            raise
+        log.info("onnxsim's output is not a candidate (%s)", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    return out
+
+
+def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.ModelProto],
+           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float) -> Optional[onnx.ModelProto]:
+    """The never-slower guard: time the original, the result (None: no rewrite) and the other equivalent models
+    (`others`: (name, model), e.g. the folding alone and onnxsim's output) in one alternating run; return the
+    fastest of them if it is faster than the original, else None (the original)."""
     from ..timing import compare_onnx_models
 
-    models, names = [original, result], ["original", "optimized"]
-    if folded_only is not None:
-        models.append(folded_only)
-        names.append("folded")
+    models = [original] + ([result] if result is not None else []) + [m for _, m in others]
+    names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
     with phase("timing"):
         t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names)
-    if folded_only is not None:
-        vs_folded = t.between(2, 1)
-        if t.verdict == "faster" and (vs_folded.verdict == "faster"
-                                      or (vs_folded.verdict != "slower" and vs_folded.ratio <= 1.0)):
-            return result
-        if t.ratios[1].verdict == "faster":
-            report.decision = (f"optimized: {report.folded_nodes} node(s) folded into constants; the rewritten "
-                               f"regions were not faster than the folding alone ({vs_folded})")
-            for r in report.accepted:
-                r.accepted, r.note = None, "rewritten, but the whole was not faster than the folding alone"
-            return folded_only
-    elif t.verdict == "faster":
+    best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
+    vs = t.ratios[best - 1]
+    if vs.verdict != "faster":
+        what = "the optimized model" if names[best] == "optimized" else f"the {names[best]} model"
+        report.decision = f"original: {what} is not faster in ONNX Runtime ({vs.verdict}, ratio {vs.ratio:.3f})"
+        return None
+    if best == 1 and result is not None:
         return result
-    report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
-                       f"({t.verdict}, ratio {t.ratio:.3f})")
-    return None
+    name = names[best]
+    why = f"{name}/original = {vs.ratio:.3f} [{vs.ci[0]:.3f}, {vs.ci[1]:.3f}]"
+    if result is not None:
+        for r in report.accepted:
+            r.accepted, r.note = None, f"rewritten, but the whole was not faster than the {name} model"
+        why += f", optimized/{name} = {t.between(best, 1).ratio:.3f}"
+    if name == "folded":
+        report.decision = f"optimized: {report.folded_nodes} node(s) folded into constants, no region ({why})"
+    else:
+        report.decision = f"{name}: its output was the fastest equivalent model timed ({why})"
+    return models[best]
 
 
 def _target(target: Any) -> Any:
