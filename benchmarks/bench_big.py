@@ -162,11 +162,34 @@ def compare(original: str, optimized: str, work: str) -> float:
         os.chdir(here)
 
 
+def markdown(results: list) -> str:
+    """The results as the tables of `benchmarks/results/bench_big.md`: one row per model, then phases x models."""
+    lines = ["# bench_big: big models with external data (2 cores, default optimize flags)", "",
+             "`python benchmarks/bench_big.py --torch-python PY --json ... --md ...` (optimize run from another folder "
+             "into a third; output loaded in ORT from a fourth).", "",
+             "| model | size | wall | peak RSS | peak / size | max abs diff vs original |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['model']} | {r['model_gb']:.2f} GB | {r['wall_s']:.0f} s | "
+                     f"{r['peak_rss_mb'] / 1024:.2f} GB | {r['peak_over_size']:.2f}x | {r.get('max_abs_diff', 'n/a')} |")
+    phases = list(dict.fromkeys(p["phase"] for r in results for p in r["phases"]))
+    lines += ["", "Per phase (seconds, peak RSS of the phase in GB):", "",
+              "| phase | " + " | ".join(r["model"] for r in results) + " |", "|---|" + "---|" * len(results)]
+    for ph in phases:
+        cells = []
+        for r in results:
+            p = next((p for p in r["phases"] if p["phase"] == ph), None)
+            cells.append(f"{p['seconds']:.1f} s, {p['peak_rss_mb'] / 1024:.2f} GB" if p else "")
+        lines.append(f"| {ph} | " + " | ".join(cells) + " |")
+    lines += ["", "Goal: peak <= 3x the model, <= 10 minutes."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--torch-python", default=os.environ.get("TASO_TVM_TORCH_PYTHON", sys.executable))
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--md", help="write the results as a markdown table here")
     ap.add_argument("--keep", action="store_true", help="keep the optimized models (in a temporary folder)")
     ap.add_argument("extra", nargs="*", help="more `optimize` flags, after --")
     args = ap.parse_args()
@@ -197,6 +220,9 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown(results))
     return 0 if all(r["rc"] == 0 for r in results) else 1
 
 
