@@ -71,7 +71,7 @@ def test_optimize_into_the_models_own_folder(ext_model, config, tmp_path, capsys
         (folder / name).write_bytes((ext_model.parent / name).read_bytes())
     out = folder / "model.opt.onnx"
     assert main(["optimize", str(folder / "model.onnx"), "-o", str(out), "--config", str(config),
-                 "--time-cap", "2"]) == 0
+                 "--time-cap", "1"]) == 0
     assert _locations(out) == {"model.opt.onnx.data"} and (folder / "model.data").exists()
     feeds = zoo.random_inputs(onnx.load(str(ext_model)))
     assert_close(_outputs_from(tmp_path, out, feeds), _outputs_from(tmp_path, folder / "model.onnx", feeds),
