@@ -1,8 +1,9 @@
 """Test configuration: TVM uses both cores; heavy tests are marked slow (run them with `pytest -m slow`).
 
 Besides the `@pytest.mark.slow` decorations in the test files, the tests below are slow by node id: the heaviest of
-the default suite as measured with `pytest --durations=120` on 2 cores (each 4-80 s; together ~7 minutes), whose
-ground the fast suite covers with a smaller model or a sample of the same cases. A file name marks the whole file.
+the default suite as measured with `pytest --durations=0` on 2 cores (2-80 s each), whose ground the fast suite
+covers with a smaller model, a sibling test or a sample of the same cases; with them out the default suite runs in
+under 6 minutes there. A file name marks the whole file.
 """
 import os
 import sys
