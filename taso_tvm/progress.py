@@ -49,27 +49,31 @@ class Progress:
             log.info("%s: %d/%d %s in %.1f s", self.desc, self.done, self.total, self.unit, elapsed)
 
 
+def _status_mb(key: str) -> float:
+    """A memory line of /proc/self/status (`VmHWM`, `VmRSS`) in MB, 0.0 where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith(key + ":")), 0) / 1024
+    except (OSError, ValueError):
+        return 0.0
+
+
 def peak_rss_mb(reset: bool = False) -> float:
     """The process's peak resident memory in MB since the last reset (Linux: VmHWM; `reset` starts a new peak),
     0.0 where it cannot be read."""
-    try:
-        with open("/proc/self/status") as f:
-            hwm = next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
-        if reset:
+    hwm = _status_mb("VmHWM")
+    if reset:
+        try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
-        return hwm / 1024
-    except (OSError, ValueError):
-        return 0.0
+        except OSError:
+            pass
+    return hwm
 
 
 def rss_mb() -> float:
     """The process's resident memory now in MB (Linux: VmRSS), 0.0 where it cannot be read."""
-    try:
-        with open("/proc/self/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024
-    except (OSError, ValueError):
-        return 0.0
+    return _status_mb("VmRSS")
 
 
 @contextlib.contextmanager

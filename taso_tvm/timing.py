@@ -267,16 +267,15 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort.set_default_logger_severity(4)
-    if not isinstance(model, (bytes, str)):
-        from .onnx_io.weights import ort_initializers
+    if isinstance(model, (bytes, str)):
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    from .onnx_io.weights import ort_initializers
 
-        names, values = ort_initializers(model)  # weights kept out of the model: ORT reads them in place
-        if names:
-            opts.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(v) for v in values])
-    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    if not isinstance(model, (bytes, str)) and names:
-        sess._taso_weights = values  # the OrtValues point into these arrays
+    names, values = ort_initializers(model)  # weights kept out of the model: ORT reads them in place
+    if names:
+        opts.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(v) for v in values])
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess._taso_weights = values  # the OrtValues point into these arrays: they live as long as the session
     return sess
 
 

@@ -15,7 +15,6 @@ import onnx
 
 from ..errors import is_interrupt
 from ..onnx_io import weights
-from ..onnx_io.weights import offload
 from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
@@ -125,7 +124,7 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
             log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
             weights.forget(optimized)
             return
-    res.accepted = offload(relaxed) if keep_out else relaxed  # (the search's export is offloaded already)
+    res.accepted = weights.offload(relaxed) if keep_out else relaxed  # (the search's export is offloaded already)
 
 
 def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
@@ -255,7 +254,7 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         consts = binding_independent_constants(prep)
-        if result is not model:  # regions were rewritten
+        if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
             folded_only, n = fold_into(users_model, consts)
             folded_only = folded_only if n else None
         folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
@@ -266,7 +265,7 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         try:
             with phase("checking"):
                 check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol)
-                if folded_only is not None and time_check:
+                if folded_only is not None:
                     check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
@@ -276,7 +275,7 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
             result = model
     if time_check and not report.decision:
         # the equivalent models a user could otherwise run, timed with the result: the fastest is written
-        others = [("folded", folded_only)] if folded_only is not None and result is not model else []
+        others = [("folded", folded_only)] if folded_only is not None else []
         sim = _onnxsim_output(users_model, check_feeds, rtol, atol)
         if sim is not None:
             others.append(("onnxsim", sim))

@@ -13,7 +13,6 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..onnx_io import weights
-from ..onnx_io.weights import references
 from ..quiet import quiet
 from .onnx_graph import default_opset, live_nodes, node_reads
 from .partition import Region
@@ -70,7 +69,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     if not outputs:
         return None
     inputs, inits, seen = [], [], set()
-    refs = {t.name: t for t in references(prep.model)}  # weights kept out of the model stay so in the region
+    refs = {t.name: t for t in weights.references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
         for x in n.input:
             if not x or x in seen or x in produced_set:
