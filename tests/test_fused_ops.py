@@ -76,6 +76,11 @@ CASES = {
     "erf_gelu": ("Gelu", lambda: _graph("erf_gelu", {"x": (2, 3, 16)}, {"r": 1 / np.sqrt(2), "o": 1.0, "h": 0.5})),
     "erf_bias_gelu": ("BiasGelu", lambda: _graph("erf_gelu", {"x": (2, 3, 16)},
                                                  {"b": _rand(16), "r": [0.70710677], "o": 1.0, "h": 0.5})),
+    "tanh_gelu": ("FastGelu", lambda: _graph("tanh_gelu", {"x": (2, 3, 16)},
+                                             {"k": np.sqrt(2 / np.pi), "c": 0.044715, "o": 1.0, "h": 0.5})),
+    "tanh_bias_gelu": ("FastGelu", lambda: _graph("tanh_gelu", {"x": (2, 3, 16)},
+                                                  {"b": _rand(16), "k": [0.7978846], "c": 0.044715, "o": 1.0,
+                                                   "h": [0.5]})),
 }
 
 
@@ -148,8 +153,10 @@ def test_tvm_lowers_attention_to_relax_attention():
         tvm.compile(mod, cuda)  # builds for CUDA without a GPU
 
 
-def test_erf_gelu_with_other_constants_is_written_as_the_decomposition():
-    graph, feeds = _graph("erf_gelu", {"x": (2, 3, 16)}, {"r": 0.5, "o": 1.0, "h": 0.5})
+@pytest.mark.parametrize("op, consts", [("erf_gelu", {"r": 0.5, "o": 1.0, "h": 0.5}),
+                                       ("tanh_gelu", {"k": 0.8, "c": 0.044715, "o": 1.0, "h": 0.5})])
+def test_gelu_with_other_constants_is_written_as_the_decomposition(op, consts):
+    graph, feeds = _graph(op, {"x": (2, 3, 16)}, consts)
     model = _export(graph, feeds)
     assert not any(n.domain for n in model.graph.node)
     np.testing.assert_allclose(_run(model, feeds), graph.evaluate(feeds)[0], rtol=1e-5, atol=1e-6)

@@ -137,6 +137,37 @@ def test_attention_of_a_torch_export_fuses(name):
         check_onnx(model, out, [feeds_at(model, binding, seed=3)])
 
 
+def test_gpt2_attention_and_tanh_gelu_fuse():
+    """GPT-2's form (benchmarks/peers/gpt2_blocks.py, tiny): Q, K, V split from one packed projection, a causal
+    mask sliced from a buffer to the run-time length (a value that depends on the sequence dim, read by the region
+    as a run-time input) and torch's tanh GELU: Attention and FastGelu in every block, equal at a binding the
+    optimizer did not check."""
+    from taso_tvm.check import check_onnx
+    from taso_tvm.onnx_opt import optimize_onnx
+    from taso_tvm.onnx_opt.driver import feeds_at
+    from taso_tvm.onnx_opt.prepare import make_binding
+
+    model = onnx.load(str(DATA / "gpt2_blocks_tiny.onnx"))
+    out, report = optimize_onnx(model, time_check=False)
+    fused = _fused(out)
+    assert fused.count("Attention") == 2 and fused.count("FastGelu") == 2, (fused, report.decision)
+    assert sum(n.op_type == "Slice" for n in out.graph.node) == 4  # the masks are still sliced at run time
+    for shape in ([1, 64], [2, 40]):  # 64 positions: the optimizer checked sequence 64 and 32
+        check_onnx(model, out, [feeds_at(model, make_binding(model, {"input_ids": shape}), seed=3)])
+
+
+def test_tanh_gelu_with_a_square_for_the_cube_is_not_verified(axioms, tmp_path):
+    f = tmp_path / "gelu.yaml"
+    f.write_text("""
+- name: tanh_gelu_square
+  source: {y: "mul(mul(x, add(tanh(mul(add(x, mul(mul(x, x), c)), k)), o)), h)"}
+  target: {y: "tanh_gelu(x, k, c, o, h)"}
+  verify: {shapes: {x: [A, B], k: [], c: [], o: [], h: []}}
+""")
+    (rule,) = read_rule_files([str(f)])
+    assert verify_rule(rule, axioms).status != "verified"
+
+
 def test_standard_ops_output_has_only_the_default_domain(tmp_path):
     out = tmp_path / "bert.std.onnx"
     r = subprocess.run([sys.executable, "-m", "taso_tvm.cli", "optimize", str(DATA / "real_models" / "bert.onnx"),

@@ -1,7 +1,10 @@
 """GPT-2's architecture written out in torch (token and position embeddings, pre-norm blocks with packed Q/K/V,
 causal additive mask, tanh GELU, final layer norm): transformers' own GPT-2 does not export with torch 2.13 here
 (TorchScript fails in its mask code, `aten::diff` / `unordered_map::at`; the dynamo export fails in ONNX Runtime's
-LayerNormalization). Used by `make_peer_models.py` and `../bench_big.py`; needs torch."""
+LayerNormalization). Used by `make_peer_models.py` and `../bench_big.py`; needs torch.
+
+`python benchmarks/peers/gpt2_blocks.py OUT.onnx` writes the tiny copy the tests use (tests/data/gpt2_blocks_tiny.onnx:
+2 layers, hidden 32, 4 heads, vocabulary 96, 64 positions, TorchScript export at opset 17)."""
 import math
 
 import torch
@@ -32,12 +35,12 @@ class Block(nn.Module):
 class GPT2(nn.Module):
     """input_ids [batch, sequence] -> the last hidden state [batch, sequence, hidden]."""
 
-    def __init__(self, hidden: int, layers: int, heads: int):
+    def __init__(self, hidden: int, layers: int, heads: int, vocab: int = VOCAB, positions: int = POSITIONS):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(VOCAB, hidden), nn.Embedding(POSITIONS, hidden)
+        self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(positions, hidden)
         self.h = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
-        self.register_buffer("mask", torch.full((POSITIONS, POSITIONS), -1e4).triu(1))
+        self.register_buffer("mask", torch.full((positions, positions), -1e4).triu(1))
 
     def forward(self, input_ids):
         pos = torch.arange(input_ids.shape[1]).unsqueeze(0)
@@ -45,3 +48,18 @@ class GPT2(nn.Module):
         for blk in self.h:
             x = blk(x, self.mask)
         return self.ln_f(x)
+
+
+def export_tiny(path: str) -> None:
+    """The tests' copy: GPT-2's form at a size that optimizes in seconds."""
+    torch.manual_seed(0)
+    model = GPT2(hidden=32, layers=2, heads=4, vocab=96, positions=64).eval()
+    torch.onnx.export(model, (torch.randint(0, 96, (1, 16)),), path, input_names=["input_ids"],
+                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}})
+
+
+if __name__ == "__main__":
+    import sys
+
+    export_tiny(sys.argv[1])

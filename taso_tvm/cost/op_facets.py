@@ -174,7 +174,7 @@ def _fused_matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float
 for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip_layernorm", _per_element(10)),
                     ("bias_gelu", _per_element(15)), ("fast_gelu", _per_element(17)),
                     ("quick_gelu", _per_element(12)), ("fused_matmul", _fused_matmul_flops),
-                    ("erf_gelu", _per_element(15))):
+                    ("erf_gelu", _per_element(15)), ("tanh_gelu", _per_element(17))):
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

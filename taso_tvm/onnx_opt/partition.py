@@ -169,6 +169,22 @@ def canonical(model: onnx.ModelProto) -> bytes:
     return h.digest()
 
 
+# operators none of whose inputs is a shape, an axis or a count: a tensor folded to a value that depends on a symbolic
+# dim (a causal mask sliced to the sequence length) is data to them, which the region reads as a run-time input
+DATA_INPUT_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "MatMul", "Equal", "Less",
+                            "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"})
+
+
+def runtime_inputs(prep: Prepared, index: int) -> set[str]:
+    """The inputs of kept node `index` that fold to a value depending on a symbolic dim and that the node reads as
+    data: a region holding the node reads them as run-time inputs, computed by the user's nodes as they are."""
+    node = prep.first.kept.get(index)
+    if node is None or node.op_type not in DATA_INPUT_OPS:
+        return set()
+    dep = prep.dim_dependent_inputs(index)
+    return set() if -1 in dep else {node.input[p] for p in dep}
+
+
 def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
     """None when node `index` can be searched, else the reason it stays as it is."""
     node = prep.model.graph.node[index]
@@ -180,15 +196,17 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
     if node.op_type in CONTROL_FLOW or has_subgraph(node):
         return "control flow"
     dep = prep.dim_dependent_inputs(index)
-    if dep and not (node.op_type == "Reshape" and dep == {1}):  # a reshape is written relative to its input
+    data = runtime_inputs(prep, index)
+    if dep and not (node.op_type == "Reshape" and dep == {1}) and not data:  # a reshape is written relative
         return "reads a shape computed from a symbolic dim"
     forms = []
     for fb in prep.folded:
         work = fb.kept[index]
+        consts = {x: fb.consts[x] for x in work.input if x in fb.consts and x not in data}
         for x in list(work.input) + list(work.output):
-            if x and x not in fb.consts and not _static_tensor_type(fb.types.get(x)):
+            if x and x not in consts and not _static_tensor_type(fb.types.get(x)):
                 return "a tensor with no static shape at the bound shapes (data-dependent or unknown)"
-        why, form = probe(work, fb.types, fb.consts)
+        why, form = probe(work, fb.types, consts)
         if why is not None:
             return why
         forms.append(form)
@@ -280,18 +298,24 @@ def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) ->
     """The searchable nodes in convex regions (numbered from `index_base`). With `speculative`, a Reshape whose
     written form depends on a symbolic dim is searched too, on the chance that the search removes it (a kᵀ built by
     reshape-transpose-reshape becomes one transpose): the region is checked at both bindings, and where that fails
-    the caller searches it again without them (`Partition.speculative`)."""
-    model = prep.model
-    graph = model.graph
-    probe = _Probe(default_opset(model), model.opset_import, relative_reshape=prep.symbolic)
+    the caller searches it again without them (`Partition.speculative`).
+
+    Nodes searchable only because they read a dim-dependent value as data (`runtime_inputs`) can also cut a block
+    apart (their shape read by an unsearchable chain that feeds the block back): the partition without them is
+    kept where its largest region is larger."""
+    graph = prep.model.graph
+    probe = _Probe(default_opset(prep.model), prep.model.opset_import, relative_reshape=prep.symbolic)
     reasons: dict[int, str] = {}
     searchable: set[int] = set()
     spec: set[int] = set()
+    data_only: set[int] = set()
     with Progress(len(graph.node), "trying nodes in TVM", unit="nodes") as bar:
         for i in range(len(graph.node)):
             why = node_status(prep, i, probe)
             if why is None:
                 searchable.add(i)
+                if runtime_inputs(prep, i):
+                    data_only.add(i)
             elif speculative and graph.node[i].op_type == "Reshape" and why in SPECULATIVE_REASONS \
                     and i in prep.first.kept and _probe_first(prep, i, probe):
                 searchable.add(i)
@@ -299,6 +323,23 @@ def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) ->
             else:
                 reasons[i] = why
             bar.update()
+    merged, level = _convex_groups(prep, searchable)
+    if data_only:
+        without, level_without = _convex_groups(prep, searchable - data_only)
+        if max(map(len, without), default=0) > max(map(len, merged), default=0):
+            merged, level, searchable = without, level_without, searchable - data_only
+            reasons.update((i, "reads a shape computed from a symbolic dim") for i in data_only)
+    regions = [Region(index_base + k, nodes, level[nodes[0]])
+               for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
+    log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
+             len(regions))
+    return Partition(regions, searchable, reasons, spec & searchable)
+
+
+def _convex_groups(prep: Prepared, searchable: set[int]) -> tuple[list[set[int]], dict[int, int]]:
+    """The searchable nodes grouped into convex regions, and each node's level: the largest number of unsearchable
+    nodes on a path that reaches it."""
+    graph = prep.model.graph
     prod = producers(graph)
     level: dict[int, int] = {}
     for i, n in enumerate(graph.node):  # the graph is topologically sorted (the checker requires it)
@@ -333,12 +374,7 @@ def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) ->
     for i in sorted(searchable):
         groups.setdefault(root(i), []).append(i)
     folded = frozenset(i for i in range(len(graph.node)) if i not in prep.first.kept or _constant(prep, i))
-    merged = merge_convex(graph, [set(v) for v in groups.values()], folded)
-    regions = [Region(index_base + k, nodes, level[nodes[0]])
-               for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
-    log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
-             len(regions))
-    return Partition(regions, searchable, reasons, spec)
+    return merge_convex(graph, [set(v) for v in groups.values()], folded), level
 
 
 def _probe_first(prep: Prepared, index: int, probe: _Probe) -> bool:

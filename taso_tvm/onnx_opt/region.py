@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from ..onnx_io import weights
 from ..quiet import quiet
 from .onnx_graph import default_opset, live_nodes, node_reads
-from .partition import Region
+from .partition import Region, runtime_inputs
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ class RegionResult:
 
 
 def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
-    """The region's nodes (as folded at the first binding) with their data inputs as graph inputs, their
-    constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
+    """The region's nodes (as folded at the first binding) with their data inputs (and the values folded from a
+    symbolic dim that they read as data) as graph inputs, their other constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
     f = prep.first
     graph = prep.model.graph
     members = set(region.nodes)
@@ -60,7 +60,9 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     # a reader outside the region counts if it stays live once the region is replaced (the rewrite reads the
     # region's data inputs, not the constants folded into it), or was dead already (the splice keeps the user's
     # dead nodes); shape chains that only fed the region's nodes are dropped with them
-    data_in = {x for n in nodes for x in n.input if x and x not in produced_set and x not in f.consts}
+    runtime = {x for i in region.nodes for x in runtime_inputs(prep, i)}  # dim-dependent values read as data
+    data_in = {x for n in nodes for x in n.input
+               if x and x not in produced_set and (x not in f.consts or x in runtime)}
     live_before, live_after = live_nodes(graph), live_nodes(graph, members, data_in)
     for i, n in enumerate(graph.node):
         if i not in members and (i in live_after or i not in live_before):
@@ -75,7 +77,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
             if not x or x in seen or x in produced_set:
                 continue
             seen.add(x)
-            if x in f.consts:
+            if x in f.consts and x not in runtime:
                 inits.append(numpy_helper.from_array(np.asarray(f.consts[x]), x))
             elif x in refs:
                 inits.append(refs[x])

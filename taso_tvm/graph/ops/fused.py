@@ -9,6 +9,7 @@
 | `fast_gelu(x, b)` | gelu_tanh(x + b) | FastGelu | |
 | `quick_gelu(x)` | x · sigmoid(alpha · x) | QuickGelu | |
 | `erf_gelu(x[, b], r, o, h)` | (x + b) (erf((x + b) r) + o) h: GELU's erf form with its constants | Gelu / BiasGelu | Gelu (20) |
+| `tanh_gelu(x[, b], k, c, o, h)` | v (tanh((v + c v³) k) + o) h, v = x + b: GELU's tanh form with its constants | FastGelu | |
 | `fused_matmul(a, b)` | alpha · op(a) @ op(b), op a transpose of the last two axes or none | FusedMatMul | |
 
 `scale` is a scalar tensor (a weight when exported: the runtimes take it as an attribute); `mask` is an additive
@@ -202,6 +203,29 @@ ERF_GELU = register_decomposed(
     doc="x (erf(x r) + o) h (of x + bias with five inputs): GELU when r = 1/sqrt 2, o = 1, h = 1/2")
 
 
+def _tanh_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
+    """v (tanh((v + v v v c) k) + o) h, the tanh GELU as exporters write it (k = sqrt(2/pi), c = 0.044715, o = 1,
+    h = 1/2 make it GELU's tanh approximation); v is x, or x + b with a bias input first."""
+    v = x[0] if len(x) == 5 else e.op("add", x[0], x[1])
+    k, c, o, h = x[-4:]
+    cube = e.op("mul", e.op("mul", v, e.op("mul", v, v)), c)
+    t = e.op("tanh", e.op("mul", e.op("add", v, cube), k))
+    return [e.op("mul", e.op("mul", v, e.op("add", t, o)), h)]
+
+
+def _tanh_gelu_check(t: Sequence[TensorType], a: dict) -> None:
+    if len(t) not in (5, 6) or any(c.size != 1 for c in t[-4:]):
+        raise GraphError("tanh_gelu: takes x[, bias], and four one-element constants k, c, o, h")
+    if len(t) == 6 and t[1].shape != (t[0].shape[-1],):
+        raise GraphError(f"tanh_gelu: bias {t[1].shape} is not a vector of the last axis of {t[0].shape}")
+
+
+TANH_GELU = register_decomposed(
+    "tanh_gelu", None, _tanh_gelu, attrs={}, check=_tanh_gelu_check,
+    doc="x (tanh((x + c x³) k) + o) h (of x + bias with six inputs): GELU's tanh form when k = sqrt(2/pi), "
+        "c = 0.044715, o = 1, h = 1/2")
+
+
 def _quick_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     """x sigmoid(alpha x); with a second input, alpha is that one-element tensor (the attribute is then unused)."""
     v = x[0]
@@ -246,7 +270,8 @@ FUSED_MATMUL = register_decomposed(
     "fused_matmul", 2, _fused_matmul, attrs={"trans_a": 0, "trans_b": 0, "alpha": 1.0}, check=_fused_matmul_check,
     doc="alpha * op(a) @ op(b), op transposing the last two axes when trans_a / trans_b is set")
 
-FUSED_OPS = ("mha", "attention", "skip_layernorm", "bias_gelu", "fast_gelu", "quick_gelu", "fused_matmul", "erf_gelu")
+FUSED_OPS = ("mha", "attention", "skip_layernorm", "bias_gelu", "fast_gelu", "quick_gelu", "fused_matmul", "erf_gelu",
+             "tanh_gelu")
 
-__all__ = ["FUSED_OPS", "ERF_GELU", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU", "QUICK_GELU",
+__all__ = ["FUSED_OPS", "ERF_GELU", "TANH_GELU", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU", "QUICK_GELU",
            "FUSED_MATMUL"]

@@ -57,7 +57,7 @@ def _attention_bias(ctx, call, mask: str, batch: int, heads: int, sq: int, sk: i
     if dims is None:
         return None
     full = [1] * (4 - len(dims)) + list(dims)
-    m = ctx.reshape(mask, full) if len(dims) != 4 else mask
+    m = ctx.unsqueeze(mask, range(4 - len(dims))) if len(dims) < 4 else mask  # no dim baked in: any binding
     if full[2] != sq or full[3] != sk:
         m = ctx.op("Expand", m, ctx.i64([full[0], full[1], sq, sk]))
     return m
@@ -141,6 +141,23 @@ def convert_erf_gelu(ctx, call, attrs, args) -> Optional[str]:
             return None
         return ctx.node("BiasGelu", [x, args[1]], domain=MS, out_types=[_elem(ctx, x)])[0]
     return ctx.node("Gelu", [x], domain=MS, out_types=[_elem(ctx, x)])[0]
+
+
+TANH_GELU_CONSTANTS = (np.sqrt(2 / np.pi), 0.044715, 1.0, 0.5)  # k, c, o, h of tanh_gelu that make it FastGelu
+
+
+@register_fused("tanh_gelu")
+def convert_tanh_gelu(ctx, call, attrs, args) -> Optional[str]:
+    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 4, len(args))]
+    if any(c is None for c in consts) or not np.allclose(consts, TANH_GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+        return None
+    inputs = [args[0]]
+    if len(args) == 6:
+        b, h = static_dims(call.args[1].ty), static_dims(call.args[0].ty)
+        if b is None or h is None or b != h[-1:]:
+            return None
+        inputs.append(args[1])
+    return ctx.node("FastGelu", inputs, domain=MS, out_types=[_elem(ctx, args[0])])[0]
 
 
 @register_fused("quick_gelu")
