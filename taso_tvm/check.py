@@ -238,11 +238,13 @@ def check_onnx(original: Any, optimized: Any, feeds_list: Union[Feeds, Sequence[
     feeds_list = [feeds_list] if isinstance(feeds_list, Mapping) else list(feeds_list)
     if not feeds_list:
         raise CheckError("no inputs to check the models on")
+    # one session at a time: each holds its weights prepacked (another copy of a big model's weights)
     ref = _session(original, threads, "the original model")
+    wants = [_run_session(ref, feeds, "the original model") for feeds in feeds_list]
+    del ref
     new = _session(optimized, threads, "the optimized model", CheckFailed)
     worst: dict = {}
-    for feeds in feeds_list:
-        want = _run_session(ref, feeds, "the original model")
+    for feeds, want in zip(feeds_list, wants):
         got = _run_session(new, feeds, "the optimized model", CheckFailed)
         for k, v in compare_outputs(got, want, rtol, atol).items():
             worst[k] = max(worst.get(k, 0.0), v)

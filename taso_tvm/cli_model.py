@@ -116,17 +116,40 @@ def _writable(*paths: Optional[str]) -> None:
                 raise CLIError(why)
 
 
-def save_model(model: Any, path: str) -> None:
-    """Write an ONNX model atomically (a temporary file renamed into place)."""
-    from .fileio import atomic_write_bytes
+def save_model(model: Any, path: str, external_data: str = "auto", source: Any = None) -> None:
+    """Write an ONNX model atomically (temporary files renamed into place), its weights in one data file beside
+    it (PATH.data) as `external_data` says (auto: when `source`, the model read, had external data, or the
+    model is over 1.8 GB)."""
+    from .onnx_io.weights import has_data_files, save
+    from .progress import Progress, phase
 
-    atomic_write_bytes(path, model.SerializeToString())
+    with phase("writing"), Progress(len(model.graph.initializer), "writing weights", unit="tensors") as p:
+        save(model, path, external_data, source is not None and has_data_files(source), progress=p)
+
+
+def read_model(path: str, keep_invalid: bool = False) -> tuple[Any, str]:
+    """(the model, '') or, with `keep_invalid`, (the model, why ONNX's checker refuses it); a model the checker
+    refuses is bad input otherwise (exit 2, one line)."""
+    from .onnx_io import ModelLoadError, read_onnx
+    from .onnx_io.sanity import checker_problem
+    from .progress import phase
+
+    with phase("reading"):
+        proto, label = read_onnx(path)
+    with phase("onnx.checker"):
+        why = checker_problem(proto)
+    if why and not keep_invalid:
+        raise ModelLoadError(f"{label} is not a valid ONNX model (onnx.checker): {why}")
+    return proto, why
 
 
 def _onnx_summary(report: Any, out: str) -> str:
     lines = [""]
     share = f"{report.searchable} of {report.nodes} ({100 * report.share_searchable:.0f} %)"
     lines.append(f"{'nodes searched':24s}{share}, in {len(report.regions)} region(s)")
+    if report.folded_nodes:
+        lines.append(f"{'folded into constants':24s}{report.folded_nodes} node(s) whose values depend on no "
+                     "symbolic dim")
     if report.not_searched:
         top = sorted(report.not_searched.items(), key=lambda kv: -kv[1])[:3]
         lines.append(f"{'left as they were':24s}" + "; ".join(f"{n} {why}" for why, n in top))
@@ -147,9 +170,11 @@ def _onnx_summary(report: Any, out: str) -> str:
     lines.append(f"{'rules applied':24s}" + (", ".join(f"{k} x{v}" for k, v in applied.most_common()) or "none"))
     t = report.timing
     if t is not None:
-        lines.append(f"{'latency (ONNX Runtime)':24s}original {t.median_a * 1e3:.3f} ms, optimized "
-                     f"{t.median_b * 1e3:.3f} ms: ratio {t.ratio:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}], "
-                     f"{t.rounds} rounds ({t.verdict})")
+        lines.append(f"{'latency (ONNX Runtime)':24s}original {t.latencies[0].median * 1e3:.3f} ms, "
+                     f"{t.rounds} rounds alternating with:")
+        for lat, r in zip(t.latencies[1:], t.ratios):  # the result and the other equivalent models timed
+            lines.append(f"{'':24s}{lat.name} {lat.median * 1e3:.3f} ms: ratio {r.ratio:.3f} "
+                         f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}] ({r.verdict})")
     lines.append(f"{'written':24s}{report.decision}")
     lines.append(f"{'total time':24s}{report.seconds:.2f} s")
     lines.append(f"written to {out}")
@@ -168,14 +193,18 @@ def _tolerances(args: argparse.Namespace) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from .onnx_io import parse_shapes, read_onnx
+    from .onnx_io import parse_shapes
 
     t0 = time.monotonic()
     _writable(args.output, args.report)
     _tolerances(args)
     settings = search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
-    proto, _ = read_onnx(args.model)
+    proto, invalid = read_model(args.model, args.keep_invalid)
+    if invalid:
+        save_model(proto, args.output, args.external_data, proto)
+        print(f"written to {args.output} unchanged: onnx.checker refuses the model ({invalid})")
+        return 0
     if args.no_search:
         return _convert(proto, shapes, args)
     from .onnx_opt import PrepareError, optimize_onnx
@@ -189,10 +218,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
                                               inputs=inputs, check=not args.no_check,
                                               time_check=not args.no_time_check, time_cap=args.time_cap,
-                                              threads=args.threads, rtol=args.rtol, atol=args.atol)
+                                              threads=args.threads, rtol=args.rtol, atol=args.atol,
+                                              standard_ops=args.standard_ops)
     except PrepareError as e:
         raise CLIError(str(e)) from None
-    save_model(out_model, args.output)
+    save_model(out_model, args.output, args.external_data, proto)
     print(_onnx_summary(report, args.output))
     if args.report:
         _write_report(args.report, report, args, time.monotonic() - t0)
@@ -219,7 +249,7 @@ def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> in
         feeds = random_feeds(proto, shapes)
         compare([o.name for o in proto.graph.output], ort_outputs(out_model, feeds), ort_outputs(proto, feeds),
                 args.rtol, args.atol)
-    save_model(out_model, args.output)
+    save_model(out_model, args.output, args.external_data, proto)
     print(f"written to {args.output} ({len(out_model.graph.node)} nodes)")
     return 0
 
@@ -230,6 +260,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
     t = report.timing
     data = {"model": args.model, "output": args.output, "decision": report.decision, "nodes": report.nodes,
             "nodes_searched": report.searchable, "share_searched": report.share_searchable,
+            "nodes_folded": report.folded_nodes,
             "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
             "rules_applied": dict(report.rules_applied), "seconds": seconds,
             "operators_before": report.operators[0], "operators_after": report.operators[1],
@@ -239,8 +270,10 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
                          "ops_after": r.ops_after, "rules_applied": r.rules_applied, "note": r.note,
                          "seconds": r.seconds} for r in report.regions]}
     if t is not None:
-        data["latency"] = {"original_ms": t.median_a * 1e3, "optimized_ms": t.median_b * 1e3, "ratio": t.ratio,
-                           "ci": [t.ci_low, t.ci_high], "rounds": t.rounds, "verdict": t.verdict}
+        data["latency"] = {"original_ms": t.latencies[0].median * 1e3, "rounds": t.rounds,
+                           "candidates": {lat.name: {"ms": lat.median * 1e3, "ratio": r.ratio, "ci": list(r.ci),
+                                                     "verdict": r.verdict}
+                                          for lat, r in zip(t.latencies[1:], t.ratios)}}
     atomic_write_text(path, json.dumps(data, indent=2))
 
 
@@ -292,7 +325,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import tvm
     from tvm import relax
 
-    from .onnx_io import parse_shapes, read_onnx
+    from .onnx_io import parse_shapes
+    from .onnx_io.weights import inline
 
     t0 = time.monotonic()
     _writable(args.output)
@@ -304,7 +338,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise CLIError("--tuning-db goes with --tune (--tune 0 builds with what the database holds)")
     threads = set_num_threads(args.threads)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
-    proto, _ = read_onnx(args.model)
+    proto = inline(read_model(args.model)[0])  # TVM holds the weights as constants anyway
     mod = _import_for_tvm(proto, shapes)
     report = None
     if not args.no_optimize:
@@ -517,6 +551,7 @@ def _trials(text: str) -> int:
 
 
 def add_model_commands(sub: Any) -> None:
+    from .onnx_io.weights import EXTERNAL_MODES
     from .search import METHODS, SearchConfig
 
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
@@ -558,6 +593,14 @@ def add_model_commands(sub: Any) -> None:
     o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
     o.add_argument("--inputs", help="sample inputs (.npz, arrays named like the graph inputs) for the checks, "
                                     "where random ones would not do (a sample rate, token ids)")
+    o.add_argument("--external-data", choices=EXTERNAL_MODES, default="auto",
+                   help="write the weights to one data file beside the output (OUTPUT.data): auto (default) when "
+                        "the input has external data or the output is over 1.8 GB, always, or never (under 2 GB)")
+    o.add_argument("--keep-invalid", action="store_true",
+                   help="write a model ONNX's checker refuses unchanged (exit 0) instead of refusing it (exit 2)")
+    o.add_argument("--standard-ops", action="store_true",
+                   help="write default-domain ONNX operators only, for runtimes other than ONNX Runtime (TensorRT, "
+                        "OpenVINO, TVM): no ONNX Runtime fused operators (com.microsoft MultiHeadAttention, ...)")
     common(o)
     o.set_defaults(func=cmd_optimize)
 

@@ -18,13 +18,27 @@ def remove_pending() -> None:
             pass
 
 
+def new_file_mode(path: str) -> int:
+    """The permission bits a written file gets: those of the file it replaces, else what a plain `open(path, "w")`
+    gives (0666 less the umask). mkstemp's 0600 would otherwise survive the rename: a model written for a server
+    running as another user could not be read by it."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)  # the only way to read the umask; set back at once
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """Call `write(f)` on a temporary file in `path`'s directory, then rename it to `path`."""
+    """Call `write(f)` on a temporary file in `path`'s directory, then rename it to `path` (with the mode of the
+    file it replaces, or the umask's)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=folder)
     _PENDING.add(tmp)
     try:
+        os.fchmod(fd, new_file_mode(path))
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()

@@ -89,6 +89,12 @@ class TimingResult:
     stopped_by: str  # confident | time | rounds
     confidence: float
     samples: np.ndarray = field(repr=False)  # rounds x callables, seconds
+    error: float = 0.05  # the error rate of the last look's intervals
+
+    def between(self, a: int, b: int) -> Ratio:
+        """Callable b against callable a (any two of those compared), at the same error rate as `ratios`."""
+        names = [lat.name for lat in self.latencies]
+        return _ratios(self.samples[:, [a, b]], [names[a], names[b]], self.error)[0]
 
     def _first(self) -> Ratio:
         if not self.ratios:
@@ -231,10 +237,10 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
             gc.enable()
     samples = np.asarray(rows, dtype=np.float64).reshape(len(rows), m)
     # the reported interval is that of the last look made (the next one when the run stopped between looks)
-    ratios = _ratios(samples, labels, _look_error(max(1, look - (stopped_by == "confident")), confidence)) \
-        if m > 1 else []
+    error = _look_error(max(1, look - (stopped_by == "confident")), confidence)
+    ratios = _ratios(samples, labels, error) if m > 1 else []
     return TimingResult([Latency.of(n, samples[:, i]) for i, n in enumerate(labels)], ratios, len(rows),
-                        time.monotonic() - t_start, stopped_by, confidence, samples)
+                        time.monotonic() - t_start, stopped_by, confidence, samples, error)
 
 
 def measure(fn: Callable[[], Any], name: str = "run", time_cap: float = 2.0, max_rounds: int = 200,
@@ -261,8 +267,16 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     if not spin:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     ort.set_default_logger_severity(4)
-    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    if isinstance(model, (bytes, str)):
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    from .onnx_io.weights import ort_initializers
+
+    names, values = ort_initializers(model)  # weights kept out of the model: ORT reads them in place
+    if names:
+        opts.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(v) for v in values])
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess._taso_weights = values  # the OrtValues point into these arrays: they live as long as the session
+    return sess
 
 
 def ort_runner(session: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
@@ -279,7 +293,14 @@ def compare_onnx(original: Any, optimized: Any, feeds: Mapping[str, np.ndarray],
     `verdict` says whether the optimized one is faster. `kwargs` go to `compare`. The sessions' threads do not
     spin after a run unless `spin`: alternating with spinning threads, each session's run waits for the cores the
     other's idle threads hold, which adds noise (and an order effect) without changing which model is faster."""
-    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in (original, optimized)]
+    return compare_onnx_models([original, optimized], feeds, threads, time_cap, names, spin, **kwargs)
+
+
+def compare_onnx_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray], threads: int = 2,
+                        time_cap: float = DEFAULT_TIME_CAP, names: Optional[Sequence[str]] = None,
+                        spin: bool = False, **kwargs: Any) -> TimingResult:
+    """`compare_onnx` for any number of models, each against the first (`TimingResult.between` for other pairs)."""
+    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in models]
     return compare(*runs, names=names, time_cap=time_cap, **kwargs)
 
 

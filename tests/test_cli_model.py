@@ -26,7 +26,8 @@ def config(tmp_path_factory):
 
 def test_optimize_writes_equivalent_onnx(model_path, config, tmp_path, capsys):
     out, rep = tmp_path / "out.onnx", tmp_path / "report.json"
-    assert main(["optimize", str(model_path), "-o", str(out), "--config", str(config), "--report", str(rep)]) == 0
+    assert main(["optimize", str(model_path), "-o", str(out), "--config", str(config), "--report", str(rep),
+                 "--time-cap", "1"]) == 0  # the guard's verdict is not what this test checks
     text = capsys.readouterr().out
     for row in ("operators", "predicted cost", "rules applied", "search", f"written to {out}"):
         assert row in text
@@ -38,9 +39,12 @@ def test_optimize_writes_equivalent_onnx(model_path, config, tmp_path, capsys):
     assert report["cost_after"] <= report["cost_before"] and report["operators_before"] == 91
 
 
-def test_compile_and_run(model_path, config, tmp_path, capsys):
+def test_compile_and_run(config, tmp_path, capsys):
+    model_path = tmp_path / "seed.onnx"  # TASO's seed graph (squeezenet took 20-30 s to build here)
+    onnx.save(zoo.get_model("seed_example"), str(model_path))
     so = tmp_path / "model.so"
-    assert main(["compile", str(model_path), "--target", "llvm", "-o", str(so), "--config", str(config)]) == 0
+    assert main(["compile", str(model_path), "--target", "llvm", "-o", str(so), "--config", str(config),
+                 "--time-cap", "4"]) == 0
     assert so.exists()
     feeds = zoo.random_inputs(onnx.load(str(model_path)))
     np.savez(tmp_path / "in.npz", *feeds.values())
@@ -48,7 +52,7 @@ def test_compile_and_run(model_path, config, tmp_path, capsys):
     assert main(["run", str(so), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "o.npz"),
                  "--print-time", "--repeat", "2"]) == 0
     text = capsys.readouterr().out
-    assert "output 0: shape (1, 1000)" in text and "latency: median" in text
+    assert "output 0: shape (1, 128, 56, 56)" in text and "latency: median" in text
     got = np.load(tmp_path / "o.npz")["arr_0"]
     assert_close([got], ort_run(onnx.load(str(model_path)), feeds), rtol=1e-3, atol=1e-4)
     assert main(["run", str(so)]) == 0  # random inputs from the signature written beside the library
@@ -60,7 +64,7 @@ def test_input_shapes_fix_symbolic_dims(tmp_path, config):
     path = tmp_path / "dyn.onnx"
     onnx.save(m, str(path))
     assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--config", str(config),
-                 "--input-shapes", "input:[1,128,56,56]"]) == 0
+                 "--input-shapes", "input:[1,128,56,56]", "--no-time-check"]) == 0
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -81,7 +85,7 @@ def test_bad_input_is_one_line(argv, msg, model_path, tmp_path, capsys):
 
 def test_time_limit_says_so(model_path, config, tmp_path, capsys):
     assert main(["optimize", str(model_path), "-o", str(tmp_path / "o.onnx"), "--config", str(config),
-                 "--time-limit", "0.01", "--budget", "1000"]) == 0
+                 "--time-limit", "0.01", "--budget", "1000", "--no-time-check"]) == 0
     assert "time limit reached" in capsys.readouterr().out
 
 

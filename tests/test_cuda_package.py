@@ -64,7 +64,8 @@ def test_package_holds_what_running_needs_and_no_compiler(pkg):
     manifest = json.loads((pkg / "manifest.json").read_text())
     files = {f["path"]: f for f in manifest["files"]}
     for need in ("run_on_device.py", "device_check.sh", "timing.py", "runtime/tvm/lib/libtvm_runtime.so",
-                 "runtime/tvm_ffi/lib/libtvm_ffi.so", "models/seed_example/original.so",
+                 "runtime/tvm_ffi/lib/libtvm_ffi.so", "runtime/typing_extensions.py",
+                 "models/seed_example/original.so",
                  "models/seed_example/optimized.so", "models/seed_example/inputs.npz",
                  "models/seed_example/reference.npz", "kernels/kernels.json", "kernels/time_kernels.py"):
         assert need in files and (pkg / need).is_file(), need
@@ -108,6 +109,70 @@ def test_dry_run_refuses_another_python_in_one_line(pkg, tmp_path):
     (copy / "manifest.json").write_text(json.dumps(dict(manifest, python="3.99.0")))
     r = runtime_only(copy, "run_on_device.py", cwd=copy)
     assert r.returncode == 2 and "made for Python 3.99" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def fake_wheel(folder: Path, python: str, ext_python: str = "") -> Path:
+    """A wheel of this tvm_ffi as released for CPython `python`: its core extension renamed for `ext_python`
+    (default `python`); no network needed."""
+    import zipfile
+
+    from taso_tvm.runtime_bundle import distribution, package_dir
+
+    dist, version = distribution("tvm_ffi")
+    tag = "cp" + python.replace(".", "")
+    ext = "cpython-" + (ext_python or python).replace(".", "")
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{dist.replace('-', '_')}-{version}-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    src = package_dir("tvm_ffi")
+    with zipfile.ZipFile(wheel, "w") as z:
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                name = f"tvm_ffi/{f.relative_to(src)}".replace("cpython-311", ext)
+                info = zipfile.ZipInfo(name)
+                info.external_attr = (f.stat().st_mode & 0o777) << 16
+                z.writestr(info, f.read_bytes())
+    return wheel
+
+
+def test_runtime_for_another_python_takes_tvm_ffi_from_its_wheel(tmp_path):
+    from taso_tvm.runtime_bundle import copy_runtime, package_dir, version_specific
+
+    assert not version_specific(package_dir("tvm"))  # TVM's own wheel is py3-none: nothing to replace there
+    fake_wheel(tmp_path / "wheels", "3.12")
+    files = copy_runtime(tmp_path / "rt", python="3.12.3", wheel_dir=tmp_path / "wheels")
+    names = {str(f.relative_to(tmp_path / "rt")) for f in files}
+    assert "tvm_ffi/core.cpython-312-x86_64-linux-gnu.so" in names and "typing_extensions.py" in names
+    assert not [n for n in names if "cpython-311" in n or "/include/" in n or n.endswith((".h", ".pyi"))]
+    assert "tvm/lib/libtvm_runtime.so" in names and "tvm/lib/libtvm_compiler.so" not in names
+    assert os.access(tmp_path / "rt" / "tvm_ffi" / "core.cpython-312-x86_64-linux-gnu.so", os.X_OK)
+    # a wheel whose extension is for another version is refused, and a version that is not one too
+    fake_wheel(tmp_path / "bad", "3.13", ext_python="3.11")
+    with pytest.raises(RuntimeError, match="not those of tvm_ffi for Python 3.13"):
+        copy_runtime(tmp_path / "rt2", python="3.13", wheel_dir=tmp_path / "bad")
+    with pytest.raises(ValueError, match="not a Python 3 version"):
+        copy_runtime(tmp_path / "rt3", python="twelve")
+
+
+def test_package_for_another_python_records_it_and_refuses_this_one(tmp_path):
+    """--device-python: the manifest names the device's Python and run_on_device.py refuses any other (here this
+    interpreter's), in one line, before importing the carried TVM."""
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.13"
+    wheels = tmp_path / "wheels"
+    fake_wheel(wheels, other)
+    out = tmp_path / "pkg"
+    assert package_main(["--out", str(out), "--models", "seed_example", "--model-kwargs", SMALL, "--target", "llvm",
+                         "--device-python", other, "--wheel-dir", str(wheels)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["python"] == other and manifest["built_with_python"].startswith("3.")
+    paths = {f["path"] for f in manifest["files"]}
+    assert f"runtime/tvm_ffi/core.cpython-{other.replace('.', '')}-x86_64-linux-gnu.so" in paths
+    r = runtime_only(out, "run_on_device.py", cwd=out)
+    assert r.returncode == 2 and f"made for Python {other}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_device_python_must_be_a_version():
+    with pytest.raises(SystemExit):
+        package_module().parse_args(["--out", "x", "--device-python", "three"])
 
 
 def test_kernel_timings_round_trip_into_the_cost_cache(pkg, device_run, tmp_path):

@@ -239,6 +239,7 @@ def _console_script() -> str:
     return exe
 
 
+@pytest.mark.slow  # the console script's wiring is tested by test_cli; this re-runs the fuzz cases through it
 def test_fuzz_through_the_console_script(tmp_path):
     """A handful through the real entry point (a fresh process, real stderr, TVM's C++ logging on fd 2)."""
     exe = _console_script()

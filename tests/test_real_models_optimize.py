@@ -35,10 +35,16 @@ def test_optimize_real_model(model, tmp_path, capsys):
     for a, b in zip(original.graph.input, out.graph.input):  # symbolic dims survive
         assert a.SerializeToString() == b.SerializeToString()
     assert [o.name for o in out.graph.output] == [o.name for o in original.graph.output]
-    assert list(out.opset_import) == list(original.opset_import)
+    extra = [o for o in out.opset_import if o not in list(original.opset_import)]
+    assert [o for o in out.opset_import if o not in extra] == list(original.opset_import)
+    assert {o.domain for o in extra} <= {"com.microsoft"}  # only for ONNX Runtime's fused operators
+    assert all(any(n.domain == o.domain for n in out.graph.node) for o in extra)
     before = {n.SerializeToString() for n in original.graph.node}
-    assert all(n.SerializeToString() in before for n in out.graph.node if not n.name.startswith("taso_r"))
+    # the user's nodes as they were (or folded away), but for Shape nodes that read an earlier tensor of the same
+    # shape (where the tensor they read went into a rewritten region) and nodes that no longer write a folded value
+    changed = [n for n in out.graph.node if not n.name.startswith("taso_r") and n.SerializeToString() not in before]
+    assert all(n.op_type == "Shape" or "" in n.output for n in changed), [n.name for n in changed]
     report = json.loads(report_path.read_text())
     assert report["nodes"] == len(original.graph.node) and 0 < report["nodes_searched"] <= report["nodes"]
-    if not any(r["accepted"] for r in report["regions"]):
+    if not any(r["accepted"] for r in report["regions"]) and not report["nodes_folded"]:
         assert out.graph.SerializeToString() == original.graph.SerializeToString()

@@ -113,6 +113,9 @@ def test_three_callables_compare_with_the_first_and_measure_alone():
     res = compare(clock.run(1e-3), clock.run(0.5e-3), clock.run(1e-3), timer=clock, max_rounds=500)
     assert [r.verdict for r in res.ratios] == [FASTER, NOT_DIFFERENT]
     assert [r.candidate for r in res.ratios] == ["#1", "#2"] and res.stopped_by == "rounds"
+    between = res.between(2, 1)  # #1 against #2, from the same rounds
+    assert (between.baseline, between.candidate, between.verdict) == ("#2", "#1", FASTER)
+    assert between.ratio == pytest.approx(0.5, rel=0.1) and res.between(0, 2).verdict == NOT_DIFFERENT
     clock = SimClock(drift=0.0)
     lat = measure(clock.run(2e-3), timer=clock, max_rounds=50)
     assert lat.runs == 50 and lat.median == pytest.approx(2e-3, rel=0.05) and lat.iqr > 0

@@ -3,7 +3,7 @@ only what running them needs to a GPU machine without TVM's compiler.
 
     python benchmarks/cuda/package.py --out build/cuda_pkg [--models squeezenet nasrnn] [--bert-layers 2]
         [--target cuda|llvm] [--arch sm_90] [--cost analytic|tvm|CONFIG.yaml] [--cost-cache F] [--cost-device NAME]
-        [--kernels] [--limit-mib 64]
+        [--kernels] [--limit-mib 64] [--device-python 3.12 [--wheel-dir build/wheels]]
 
 Per model: `models/NAME/original.so` (tvm.compile, the target's default Relax pipeline: dlight on CUDA) and
 `optimized.so` (TasoOptimize, then the same pipeline), `inputs.npz` and `reference.npz` (ONNX Runtime's outputs).
@@ -11,6 +11,9 @@ With it: `runtime/` (TVM's runtime library and Python package, tvm_ffi), `run_on
 project's timing helper) and `manifest.json` (files with sizes and sha256, models, search statistics). `--kernels`
 adds `kernels/`: the kernels a search with the TVM cost backend would measure, for `time_kernels.py` on the
 device (see taso_tvm.cost.kernel_exchange). `--target llvm` packages a CPU build for a dry run anywhere.
+`--device-python 3.12` makes the runtime for the GPU machine's Python when it is not this one's: tvm_ffi's compiled
+core comes from its wheel for that version (pip download, or a wheel already in `--wheel-dir`); manifest.json (and
+kernels/kernels.json) record that version, and the device scripts refuse any other.
 
 The folder is written whole or not at all; over `--limit-mib` (the GPU machine's upload limit) it is not written
 and the error names the largest files.
@@ -41,6 +44,7 @@ PARTS_FORMAT = "taso-tvm-cuda-parts/1"
 PARTS_RESERVE = 1 << 20  # room kept in part00 for parts.json and assemble.py
 DEFAULT_LIMIT_MIB = 64
 DEFAULT_RTOL = {"cuda": 1e-3, "llvm": 1e-4}  # largest |out - ref| allowed, relative to max |ref|
+DEFAULT_WHEEL_DIR = ROOT / "build" / "wheels"  # wheels for --device-python (git-ignored)
 
 
 class PackageError(Exception):
@@ -160,18 +164,30 @@ def export_search_kernels(names: list, args: argparse.Namespace, folder: Path, k
             TasoOptimize(cost=cm, config=args.config)(load_onnx(zoo.get_model(name, **kwargs)))
             sigs.update(dict.fromkeys(cm.backend.missing))
     rep = export_kernels(sigs, cfg, folder / "kernels", runtime=False)
+    kernels_json = folder / "kernels" / "kernels.json"
+    exported = json.loads(kernels_json.read_text())
+    exported["python"] = device_python(args)  # time_kernels.py runs on the package's runtime: the device's Python
+    kernels_json.write_text(json.dumps(exported, indent=1))
     print(f"kernels: {rep.built} built for the device ({len(rep.failed)} failed to build)", flush=True)
     return {"dir": "kernels", "kernels": rep.kernels, "built": rep.built, "build_failed": len(rep.failed)}
 
 
-def copy_support(folder: Path, cuda: bool) -> None:
-    """The device scripts, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime."""
+def copy_support(folder: Path, cuda: bool, python: str, wheel_dir: Path) -> None:
+    """The device scripts, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime for
+    Python `python` (MAJOR.MINOR)."""
     from taso_tvm import runtime_bundle, timing
 
     shutil.copyfile(DEVICE_SCRIPT, folder / "run_on_device.py")
     shutil.copyfile(CHECK_SCRIPT, folder / "device_check.sh")
     shutil.copyfile(timing.__file__, folder / "timing.py")
-    runtime_bundle.copy_runtime(folder / "runtime", cuda=cuda)
+    runtime_bundle.copy_runtime(folder / "runtime", cuda=cuda, python=python, wheel_dir=wheel_dir)
+
+
+def device_python(args: argparse.Namespace) -> str:
+    """The Python version (MAJOR.MINOR) that runs the package: --device-python, else this one's."""
+    from taso_tvm.runtime_bundle import python_version, this_python
+
+    return python_version(args.device_python) if args.device_python else this_python()
 
 
 def cost_counters(cost: Any) -> dict:
@@ -193,7 +209,9 @@ def write_manifest(folder: Path, entries: list, kernels: Optional[dict], args: a
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "target": {"kind": kind, "arch": arch if kind == "cuda" else None},
                 "device": "cuda" if kind == "cuda" else "cpu", "rtol": args.rtol or DEFAULT_RTOL[kind],
-                "tvm_version": tvm.__version__, "python": platform.python_version(),
+                "tvm_version": tvm.__version__,
+                "python": device_python(args) if args.device_python else platform.python_version(),
+                "built_with_python": platform.python_version(),
                 "search": {"cost": args.cost, "cost_device": args.cost_device, "config": args.config,
                            **cost_counters(cost)},
                 "models": entries, "kernels": kernels,
@@ -272,6 +290,11 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
                     help="also export the kernels a TVM-backend search would measure (for time_kernels.py)")
     ap.add_argument("--rtol", type=float, help="output tolerance relative to the output scale (default: 1e-3 "
                                                "cuda, 1e-4 llvm)")
+    ap.add_argument("--device-python", metavar="X.Y",
+                    help="the GPU machine's Python version when it is not this one's (e.g. 3.12): the runtime's "
+                         "compiled parts come from wheels for it")
+    ap.add_argument("--wheel-dir", type=Path, default=DEFAULT_WHEEL_DIR,
+                    help="where --device-python finds wheels or downloads them to (default: build/wheels)")
     ap.add_argument("--limit-mib", type=float, default=DEFAULT_LIMIT_MIB,
                     help="largest package allowed (with --parts: largest part)")
     ap.add_argument("--parts", action="store_true",
@@ -280,6 +303,13 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if not isinstance(args.model_kwargs, dict) or not all(isinstance(v, dict) for v in args.model_kwargs.values()):
         ap.error("--model-kwargs must be a JSON object of model name -> object of arguments")
+    if args.device_python:
+        from taso_tvm.runtime_bundle import python_version
+
+        try:
+            python_version(args.device_python)
+        except ValueError as e:
+            ap.error(f"--device-python: {e}")
     return args
 
 
@@ -296,7 +326,7 @@ def make_package(args: argparse.Namespace) -> dict:
     try:
         target = target_for(kind, args.arch)
         cost = cost_for(args, kind, args.arch)
-        copy_support(tmp, kind == "cuda")
+        copy_support(tmp, kind == "cuda", device_python(args), args.wheel_dir)
         limit = math.inf if args.parts else args.limit_mib
         check_size(tmp, limit, [])  # the runtime alone may not fit
         entries, done = [], []
@@ -332,7 +362,7 @@ def main(argv: Optional[list] = None) -> int:
         return 2
     total = manifest["total_bytes"]
     print(f"wrote {args.out}: {len(manifest['models'])} models, {len(manifest['files'])} files, "
-          f"{total / 2**20:.1f} MiB (limit {args.limit_mib:g} MiB)")
+          f"{total / 2**20:.1f} MiB (limit {args.limit_mib:g} MiB), for Python {manifest['python']}")
     for m in manifest["models"]:
         size = sum(f["bytes"] for f in manifest["files"] if f["path"].startswith(m["dir"] + "/"))
         print(f"  {m['name']}: {size / 2**20:.1f} MiB")

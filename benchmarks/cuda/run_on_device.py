@@ -3,7 +3,7 @@ taso-optimized) against ONNX Runtime's, time the two, write a Markdown table and
 
     cd PACKAGE && TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 run_on_device.py [--time-cap 20] [--models ...]
 
-Needs Python (the version the package was made with) and numpy; TVM comes from `runtime/` in runtime-only mode
+Needs Python (the version the package was made for: manifest.json's `python`) and numpy; TVM comes from `runtime/` in runtime-only mode
 (no compiler). Timing is the project's helper (timing.py): single runs of the two libraries alternating in a
 freshly shuffled order each round, the median per-round ratio with its confidence interval.
 Exit status: 0 when every output matches, 1 when one does not, 2 when the package is damaged or cannot run.
@@ -158,7 +158,8 @@ def main(argv=None) -> int:
     made = ".".join(str(manifest.get("python", "")).split(".")[:2])
     if made and made != f"{sys.version_info[0]}.{sys.version_info[1]}":
         print(f"error: the package's runtime was made for Python {made} (its compiled extensions); this is "
-              f"Python {platform.python_version()}: run it with python{made}", file=sys.stderr)
+              f"Python {platform.python_version()}: run it with python{made}, or make the package with "
+              f"--device-python {sys.version_info[0]}.{sys.version_info[1]}", file=sys.stderr)
         return 2
     sys.path.insert(0, str(HERE))  # timing.py
     import tvm

@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Optional
+from typing import Any, Optional
 
-from ..graph.tensor_graph import NodeStore, TensorGraph
+import numpy as np
+
+from ..graph.tensor_graph import NodeStore, TensorGraph, weight_array
 from .graph_partitioner import MAX_FUSE_DEPTH, find_root, fuse
 from .kernel import Kernel, KernelSig
 from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
@@ -100,6 +102,20 @@ class Partitioner:
         if wo is None:
             wo = graph.is_weight_only((nid, 0), memo.weight_only)
         return wo
+
+    def _weight_spec(self, graph: TensorGraph, memo: _StoreMemo, ref: tuple, ty) -> Any:
+        """An input's weight flag in a signature: False, True, or for a one-element constant ("value", v): its
+        value decides the kernel (a fused attention's NaN guard with fill 0 is the runtime's node, another fill is
+        its decomposition)."""
+        if not self._weight_only(graph, memo, ref[0]):
+            return False
+        node = graph.store.nodes[ref[0]]
+        if node.op == "weight" and ty.size == 1:
+            try:
+                return ("value", float(np.asarray(weight_array(node)).reshape(-1)[0]))
+            except (TypeError, ValueError):
+                return True
+        return True
 
     def _content(self, graph: TensorGraph, memo: _StoreMemo, node) -> Optional[int]:
         """The node's content id (equal for nodes that compute the same operator on the same types), or None
@@ -307,7 +323,7 @@ class Partitioner:
                 if k is None:
                     k = ext[ref] = len(inputs)
                     ty = graph.type(ref)
-                    inputs.append((tuple(ty.shape), ty.dtype, self._weight_only(graph, memo, ref[0])))
+                    inputs.append((tuple(ty.shape), ty.dtype, self._weight_spec(graph, memo, ref, ty)))
                 refs.append((-1 - k, 0))
             if node.op == "opaque":  # its signature carries its output types (it cannot be re-inferred)
                 attrs = (("key", node.attrs["key"]), ("types", tuple((tuple(t.shape), t.dtype) for t in node.types)))

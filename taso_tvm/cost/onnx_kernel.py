@@ -32,8 +32,14 @@ def kernel_onnx(sig: KernelSig, weights: Optional[dict[int, np.ndarray]] = None,
     consts = {}
     for k, (shape, dtype, is_weight) in enumerate(sig.inputs):
         if is_weight:
-            arr = weights[k] if weights and k in weights else _random(rng, shape, dtype)
-            consts[f"p{k}"] = tvm.runtime.tensor(np.ascontiguousarray(arr, dtype=dtype))
+            if weights and k in weights:
+                arr = weights[k]
+            elif isinstance(is_weight, tuple):  # a one-element constant: its value is part of the kernel
+                arr = np.full(tuple(shape), is_weight[1], dtype=dtype)
+            else:
+                arr = _random(rng, shape, dtype)
+            # (ascontiguousarray makes a scalar 1-D: keep the signature's shape)
+            consts[f"p{k}"] = tvm.runtime.tensor(np.ascontiguousarray(arr, dtype=dtype).reshape(tuple(shape)))
     mod = kernel_module(sig)
     if consts:
         mod = relax.transform.BindParams("main", consts)(mod)

@@ -113,12 +113,14 @@ for _op, _names, _flops in (("conv2d", ("conv2d",), _conv2d_flops), ("matmul", (
     register_facet(_op, FLOPS, _flops)
 
 # ------------------------------------------------------------------ element-wise: (operator, PrimFunc, FLOPs each)
-for _op, _name, _k in (("add", "add", 1), ("sub", "subtract", 1), ("mul", "multiply", 1), ("div", "divide", 1)):
+for _op, _name, _k in (("add", "add", 1), ("sub", "subtract", 1), ("mul", "multiply", 1), ("div", "divide", 1),
+                       ("where", "where", 1)):
     register_facet(_op, FUSION, _binary)
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _per_element(_k))
 
 for _op, _name, _k in (("relu", "relu", 1), ("sigmoid", "sigmoid", 10), ("tanh", "tanh", 10), ("gelu", "gelu", 14),
+                       ("gelu_tanh", "gelu_tanh", 16), ("isnan", "isnan", 1),
                        ("erf", "erf", 10), ("exp", "exp", 8), ("sqrt", "sqrt", 4), ("neg", "negative", 1)):
     register_facet(_op, FUSION, _fusion(((ELEMWISE,), 0)))
     register_facet(_op, TVM_NAMES, (_name,))
@@ -145,6 +147,37 @@ register_facet("merge_gconv", TVM_NAMES, ("reshape", "multiply", "reshape"))
 register_facet("merge_gconv", FLOPS, _no_flops)
 
 register_facet("opaque", FUSION, _fusion(((OPAQUE,), 0)))  # never fused
+
+
+# ------------------------------------------------------------------ the runtime's fused operators
+# One kernel each, never fused with a neighbour: the runtime runs the fused node as one call (ONNX Runtime does not
+# fuse an element-wise op into MultiHeadAttention). For TVM, which builds their decomposition, this is the
+# approximation the kernel's measured cost corrects.
+def _mha_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    (b, s, e), (_, l, _) = in_shapes[0], in_shapes[1]
+    ev = in_shapes[2][2]
+    return 2.0 * b * s * l * (e + ev) + 14.0 * b * attrs["num_heads"] * s * l
+
+
+def _attention_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    (b, s, h), (_, e3) = in_shapes[0], in_shapes[1]
+    e = e3 // 3
+    proj = 2.0 * b * s * h * e3
+    return proj + _mha_flops(attrs, [(b, s, e), (b, s, e), (b, s, e)], out_shapes)
+
+
+def _fused_matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    k = in_shapes[0][-2] if attrs["trans_a"] else in_shapes[0][-1]
+    return 2.0 * prod(out_shapes[0]) * k + (0.0 if float(attrs["alpha"]) == 1.0 else prod(out_shapes[0]))
+
+
+for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip_layernorm", _per_element(10)),
+                    ("bias_gelu", _per_element(15)), ("fast_gelu", _per_element(17)),
+                    ("quick_gelu", _per_element(12)), ("fused_matmul", _fused_matmul_flops),
+                    ("erf_gelu", _per_element(15)), ("tanh_gelu", _per_element(17))):
+    register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
+    register_facet(_op, TVM_NAMES, (_op,))
+    register_facet(_op, FLOPS, _flops)
 
 del _op, _name, _names, _k, _flops
 

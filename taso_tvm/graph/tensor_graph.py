@@ -454,7 +454,8 @@ def fold_weights(graph: TensorGraph) -> TensorGraph:
             continue
         args = [arrays[i][j] if i in arrays else weight_array(store.nodes[i]) for i, j in node.inputs]
         outs = node.opdef.numpy(args, node.attrs)
-        arrays[node.id] = [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
+        arrays[node.id] = [np.ascontiguousarray(a, dtype=t.dtype).reshape(t.shape) if np.size(a) == t.size else
+                           np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
         for k, ref in enumerate(node.outputs):
             frontier = ref in outputs or any(c < 0 or c not in wo for c, _ in users.get(ref, ()))
             if frontier:

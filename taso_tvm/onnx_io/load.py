@@ -1,17 +1,20 @@
 """ONNX → Relax: TVM's ONNX frontend plus the clean-up the search needs, with one-line errors."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import re
-from typing import Mapping, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import onnx
 import tvm
 from tvm import relax
 
 from ..quiet import quiet
+from .weights import has_references, is_reference, resolve, shared
 from .. import errors as _errors
 
 log = logging.getLogger(__name__)
@@ -24,12 +27,16 @@ class ModelLoadError(_errors.ModelError, ValueError):
 
 
 def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
-    """Read an ONNX model from a path, bytes or a ModelProto; returns the model and a label for messages."""
+    """Read an ONNX model from a path, bytes or a ModelProto; returns the model and a label for messages.
+
+    A file's external data is read relative to the file's folder, whatever the working directory; its large
+    tensors stay references to their data file (`weights`), so the model is held once."""
     if isinstance(model, onnx.ModelProto):
         return model, f"model '{model.graph.name or 'in memory'}'"
     if isinstance(model, (bytes, bytearray)):
         label = "model bytes"
         data = bytes(model)
+        base_dir = os.getcwd()  # where ONNX itself looks for the data of a model given as bytes
     else:
         path = os.fspath(model)
         label = f"'{path}'"
@@ -39,12 +46,15 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
             raise ModelLoadError(f"cannot read {label}: it is a directory")
         with open(path, "rb") as f:
             data = f.read()
+        base_dir = os.path.dirname(os.path.abspath(path))
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf raises DecodeError and others
         raise ModelLoadError(f"{label} is not an ONNX model: {_errors.one_line(e)}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{label} is not an ONNX model: it holds no graph")
+    del data
+    proto = resolve(proto, base_dir, label)
     from .sanity import model_problem
 
     why = model_problem(proto)
@@ -102,6 +112,37 @@ def _import_error(e: Exception, proto: onnx.ModelProto, label: str) -> ModelLoad
     return ModelLoadError(f"{label}: TVM could not import the model: {msg[-1] if msg else type(e).__name__}")
 
 
+@contextlib.contextmanager
+def _weights_in_place(proto: onnx.ModelProto) -> Iterator[None]:
+    """The importer reads the weights kept out of `proto` (`weights`) from their memory maps or the store: its
+    Relax constants share their memory (`weights.shared`), never copied into a model inlined for it (the importer's own ONNX checker,
+    which would serialize and parse such a model twice more, is skipped for a model with weights kept out; it
+    only warns)."""
+    if not has_references(proto):
+        yield
+        return
+    from tvm.relax.frontend.onnx import onnx_frontend as fe
+
+    cls = fe.ONNXGraphImporter
+    parse_array, check_model = cls._parse_array, onnx.checker.check_model
+
+    def _parse(self: object, t: onnx.TensorProto) -> tvm.runtime.Tensor:
+        if not is_reference(t):
+            return parse_array(self, t)
+        a = shared(t)
+        try:  # the constant lends the memory map's (or the store's) pages: no copy at all
+            return tvm.runtime.from_dlpack(a)
+        except Exception:  # not lendable (alignment, type): one copy
+            return tvm.runtime.tensor(np.ascontiguousarray(a))
+
+    cls._parse_array = _parse
+    onnx.checker.check_model = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        cls._parse_array, onnx.checker.check_model = parse_array, check_model
+
+
 def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = None,
               opset: Optional[int] = None, fold_constants: bool = True) -> tvm.IRModule:
     """Import an ONNX model into a Relax IRModule with weights bound as constants and constants folded.
@@ -117,7 +158,8 @@ def load_onnx(model: ModelLike, shapes: Optional[Mapping[str, Sequence[int]]] = 
         try:
             from tvm.relax.frontend.onnx import from_onnx
 
-            mod = from_onnx(proto, shape_dict=shape_dict or None, opset=opset)
+            with _weights_in_place(proto):
+                mod = from_onnx(proto, shape_dict=shape_dict or None, opset=opset)
         except Exception as e:  # the frontend raises many types; keep one line
             error = _import_error(e, proto, label)
         if error is not None:

@@ -61,3 +61,24 @@ def model_problem(proto: onnx.ModelProto) -> str:
                 return (f"initializer '{t.name}' does not hold its declared shape {list(t.dims)} and type "
                         f"({one_line(e)})")
     return ""
+
+
+MAX_CHECKER_TEXT = 300  # characters of the checker's message kept in the one line
+
+
+def checker_problem(proto: onnx.ModelProto) -> str:
+    """Why ONNX's checker refuses the model (cycles, operators it does not know, an opset newer than this ONNX),
+    as one line, or ''. Weights kept out of the model (`weights`, whose files `read_onnx` checked) are typed inputs
+    to the checker: it never serializes them, so a model of any size is checked."""
+    from .weights import as_inputs
+
+    newest = onnx.defs.onnx_opset_version()
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            return f"it imports opset {o.version} of the default domain; this ONNX knows opsets up to {newest}"
+    try:
+        onnx.checker.check_model(as_inputs(proto))
+    except Exception as e:  # noqa: BLE001  (ValidationError, and others for odd protos)
+        text = " ".join(str(e).split()) or type(e).__name__
+        return text if len(text) <= MAX_CHECKER_TEXT else text[:MAX_CHECKER_TEXT - 3] + "..."
+    return ""

@@ -14,10 +14,14 @@ import numpy as np
 import onnx
 
 from ..errors import is_interrupt
+from ..onnx_io import weights
+from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
 from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
 from .region import RegionResult, region_model, relax_boundary, search_region
+from .fold_constants import binding_independent_constants, fold_into
+from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,7 @@ class OnnxReport:
     decision: str = ""  # what was written and why
     seconds: float = 0.0
     not_searched: dict = field(default_factory=dict)  # reason -> node count
+    folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
 
     @property
     def accepted(self) -> list[RegionResult]:
@@ -95,16 +100,18 @@ def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarra
 
 def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Sequence[str],
                    rm_outputs: Sequence[str], captures: Sequence[Capture], sym_types: Mapping[str, onnx.TypeProto],
-                   rtol: float, atol: float, strict: bool) -> None:
+                   rtol: float, atol: float, strict: bool, keep_out: bool = False) -> None:
     """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding
-    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was)."""
+    (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was). `keep_out`: the
+    accepted region's weights go to the weight store (the model's are kept out of it too)."""
     from ..check import CheckFailed, compare_outputs, run_onnx
 
     relaxed = relax_boundary(optimized, sym_types)
     try:
-        onnx.checker.check_model(relaxed, full_check=False)
+        onnx.checker.check_model(weights.as_inputs(relaxed), full_check=False)
     except Exception as e:  # the checker raises ValidationError and others
         res.note = f"exported region is not valid ONNX ({str(e).splitlines()[0]}); kept as is"
+        weights.forget(optimized)
         return
     for cap in captures:
         try:
@@ -115,8 +122,9 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
                 raise
             res.note = f"rewrite rejected at {_label(cap)}: {e}; kept as is"
             log.warning("region %d failed its check (%s): kept as it was", res.region.index, e)
+            weights.forget(optimized)
             return
-    res.accepted = relaxed
+    res.accepted = weights.offload(relaxed) if keep_out else relaxed  # (the search's export is offloaded already)
 
 
 def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]] = None,
@@ -161,17 +169,36 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
                   threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False,
-                  inputs: Optional[Mapping[str, np.ndarray]] = None) -> tuple[onnx.ModelProto, OnnxReport]:
+                  inputs: Optional[Mapping[str, np.ndarray]] = None,
+                  standard_ops: bool = False) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
     settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
     shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
     inputs: sample inputs (name -> array) for the checks, where random ones would not do (a sample rate, token
     ids); their shapes set the binding when `shapes` does not.
+    standard_ops: write default-domain ONNX operators only (ONNX Runtime's fused operators are not used).
     check: the whole-model numeric check (regions are always checked). strict: a region or model that fails its
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
     """
+    from ..memory import returning_memory
+
+    mark, result = weights.mark(), model
+    # a big model (weights kept out of it): freed weights (Relax constants, prepacked copies) go back at once
+    with returning_memory(weights.has_references(model)):
+        try:
+            result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap,
+                                       threads, rtol, atol, seed, strict, inputs, standard_ops)
+        finally:  # the weights of regions searched and not kept
+            weights.release_since(mark, keep=[model, result])
+    return result, report
+
+
+def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional[Mapping[str, Sequence[int]]],
+              fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
+              rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
+              standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
     from ..check import CheckFailed, check_onnx
 
     t0 = time.monotonic()
@@ -181,54 +208,148 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     if fix_shapes:
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
+    users_model = model
+    with phase("shape reads"):
+        model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    second = _pick_second(model, first, inputs, seed) if first.dims else None
+    with phase("second binding"):
+        second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
         report.decision = ("original: the model does not run at any second value of its symbolic dims "
                            f"({', '.join(first.dims)}), so no rewrite could be checked for them")
         report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
-        return model, report
-    prep = prepare(model, shapes, fold=fold, second=second)
+        return users_model, report
+    with phase("preparing"):
+        prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    part = partition(prep)
+    with phase("partitioning"):
+        part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
-    sym_types = _sym_types(model)
+    with phase("region models"):
+        rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+        sym_types = _sym_types(model)
     result = model
     if rms:
-        captures = _captures(model, prep, rms, inputs, seed)
+        with phase("captures"):
+            captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
         else:
-            result = _search_regions(model, prep, rms, captures, sym_types, settings or {}, report, rtol, atol,
-                                     strict)
+            search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
+                                   keep_out=weights.has_references(model))
+            try:
+                with phase("region search"):
+                    replacements = search.run(rms, captures)
+                    retry = [r for r in report.regions if r.accepted is None and r.rules_applied
+                             and set(r.region.nodes) & part.speculative]
+                    if retry:  # again without the reshapes the search was to remove, where it did not
+                        replacements += _retry(model, prep, part, retry, search, inputs, seed)
+            finally:
+                search.close()
+            if replacements:
+                with phase("splicing"):
+                    result = restore_shape_reads(splice(model, replacements), moved)
+    folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
+    if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
+        consts = binding_independent_constants(prep)
+        if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
+            folded_only, n = fold_into(users_model, consts)
+            folded_only = folded_only if n else None
+        folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
+        if report.folded_nodes:
+            result = folded
+    check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     if result is not model and check:
-        feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
         try:
-            check_onnx(model, result, feeds, rtol=rtol, atol=atol)
+            with phase("checking"):
+                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol)
+                if folded_only is not None:
+                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol)
         except CheckFailed as e:
             if strict:
                 raise
             log.warning("the spliced model failed the check (%s): keeping the original", e)
             report.decision = f"original: the optimized model failed the check ({e})"
             result = model
-    if result is not model and time_check:
-        from ..timing import compare_onnx
-
-        feeds = feeds_at(model, prep.first.binding, inputs, seed)
-        report.timing = compare_onnx(model, result, feeds, threads=threads, time_cap=time_cap)
-        if report.timing.verdict != "faster":
-            report.decision = (f"original: the optimized model is not faster in ONNX Runtime "
-                               f"({report.timing.verdict}, ratio {report.timing.ratio:.3f})")
-            result = model
-    if result is not model:
-        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten"
+    if time_check and not report.decision:
+        # the equivalent models a user could otherwise run, timed with the result: the fastest is written
+        others = [("folded", folded_only)] if folded_only is not None else []
+        sim = _onnxsim_output(users_model, check_feeds, rtol, atol)
+        if sim is not None:
+            others.append(("onnxsim", sim))
+        if result is not model or others:
+            chosen = _guard(report, users_model, result if result is not model else None, others,
+                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
+            result = model if chosen is None else chosen
+    if result is model or result is users_model:
+        result = users_model
+        if not report.decision:
+            report.decision = "original: no rewrite was found"
     elif not report.decision:
-        report.decision = "original: no rewrite was found"
+        report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
+            (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
     report.seconds = time.monotonic() - t0
     return result, report
+
+
+def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
+                    atol: float) -> Optional[onnx.ModelProto]:
+    """onnxsim's own output for the user's model (what a user would otherwise run), if it differs from the model and
+    equals it at every binding checked; None where onnxsim fails, changes nothing, or the model's weights are kept
+    out of it (a big model: onnxsim would hold them all once more)."""
+    from ..check import check_onnx
+    from ..quiet import quiet
+
+    if weights.has_references(model):
+        return None
+    try:
+        import onnxsim
+
+        with phase("onnxsim"), quiet():
+            out, ok = onnxsim.simplify(copy.deepcopy(model))
+        if not ok or out.graph.SerializeToString() == model.graph.SerializeToString():
+            return None
+        check_onnx(model, out, feeds, rtol=rtol, atol=atol)
+    except Exception as e:  # onnxsim's own failures, a wrong result: it is just not a candidate
+        if is_interrupt(e):
+            raise
+        log.info("onnxsim's output is not a candidate (%s)", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    return out
+
+
+def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.ModelProto],
+           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float) -> Optional[onnx.ModelProto]:
+    """The never-slower guard: time the original, the result (None: no rewrite) and the other equivalent models
+    (`others`: (name, model), e.g. the folding alone and onnxsim's output) in one alternating run; return the
+    fastest of them if it is faster than the original, else None (the original)."""
+    from ..timing import compare_onnx_models
+
+    models = [original] + ([result] if result is not None else []) + [m for _, m in others]
+    names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
+    with phase("timing"):
+        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names)
+    best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
+    vs = t.ratios[best - 1]
+    if vs.verdict != "faster":
+        what = "the optimized model" if names[best] == "optimized" else f"the {names[best]} model"
+        report.decision = f"original: {what} is not faster in ONNX Runtime ({vs.verdict}, ratio {vs.ratio:.3f})"
+        return None
+    if best == 1 and result is not None:
+        return result
+    name = names[best]
+    why = f"{name}/original = {vs.ratio:.3f} [{vs.ci[0]:.3f}, {vs.ci[1]:.3f}]"
+    if result is not None:
+        for r in report.accepted:
+            r.accepted, r.note = None, f"rewritten, but the whole was not faster than the {name} model"
+        why += f", optimized/{name} = {t.between(best, 1).ratio:.3f}"
+    if name == "folded":
+        report.decision = f"optimized: {report.folded_nodes} node(s) folded into constants, no region ({why})"
+    else:
+        report.decision = f"{name}: its output was the fastest equivalent model timed ({why})"
+    return models[best]
 
 
 def _target(target: Any) -> Any:
@@ -267,49 +388,75 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optiona
     return out
 
 
-def _search_regions(model: onnx.ModelProto, prep: Prepared, rms: list, captures: list[Capture],
-                    sym_types: dict, settings: dict, report: OnnxReport, rtol: float, atol: float,
-                    strict: bool) -> onnx.ModelProto:
-    from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
-    from ..relay_pass.settings import resolve_settings
+def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list, search: "_RegionSearch",
+           inputs: Optional[Mapping[str, np.ndarray]], seed: int) -> list:
+    """Search the nodes of regions that failed with speculative reshapes in them again, without those."""
+    nodes = {i for r in failed for i in r.region.nodes}
+    log.info("%d region(s) with reshapes the search did not remove: searched again without them", len(failed))
+    again = partition(prep, speculative=False, index_base=len(part.regions))
+    rms = [rm for rm in (region_model(prep, r) for r in again.regions if set(r.nodes) <= nodes) if rm is not None]
+    if not rms:
+        return []
+    captures = _captures(model, prep, rms, inputs, seed)
+    return search.run(rms, captures) if captures is not None else []
 
-    s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
-    rules = _resolve_rules(s["rules"])
-    cost, owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
-    search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
-    replacements = []
-    try:
-        for rm in rms:
-            res = RegionResult(rm.region)
-            report.regions.append(res)
-            t = time.monotonic()
-            try:
-                optimized, pass_report = search_region(rm, dict(search, rules=rules, cost=cost))
-            except Exception as e:  # an import or export failure only costs this region's rewrite
-                if is_interrupt(e):  # TVM's text for a Ctrl-C inside one of our callbacks
-                    raise KeyboardInterrupt from None
-                res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
-                continue
-            finally:
-                res.seconds = time.monotonic() - t
-            tot = pass_report.total
-            if tot is not None:
-                res.cost_before, res.cost_after = tot.cost_before, tot.cost_after
-                res.ops_before, res.ops_after = tot.ops_before, tot.ops_after
-                res.rules_applied = dict(tot.rules_applied)
-                res.expanded, res.stopped_by = tot.expanded, tot.stopped_by
-            if optimized is None:
-                res.note = "no rewrite found"
-                continue
-            _settle_region(res, optimized, rm.inputs, rm.outputs, captures, sym_types, rtol, atol, strict)
-            if res.accepted is None:
-                log.info("region %d: %s", rm.region.index, res.note)
-                continue
-            replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
-    finally:
-        if owned:
-            cost.close()
-    if not replacements:
-        return model
-    return splice(model, replacements)
+
+class _RegionSearch:
+    """Searches regions with one rule set and one cost model; `run` returns the accepted replacements."""
+
+    def __init__(self, prep: Prepared, sym_types: dict, settings: dict, report: OnnxReport, rtol: float,
+                 atol: float, strict: bool, standard_ops: bool = False, keep_out: bool = False):
+        from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
+        from ..relay_pass.settings import resolve_settings
+
+        s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
+        self.rules = _resolve_rules(s["rules"])
+        self.cost, self.owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
+        self.search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
+        self.search["standard_ops"] = standard_ops
+        self.sym_types, self.report, self.rtol, self.atol, self.strict = sym_types, report, rtol, atol, strict
+        self.keep_out = keep_out
+
+    def close(self) -> None:
+        if self.owned:
+            self.cost.close()
+
+    def run(self, rms: list, captures: list[Capture]) -> list:
+        replacements = []
+        with Progress(len(rms), "searching regions", unit="regions") as bar:
+            for rm in rms:
+                bar.update(note=f"region {rm.region.index}, {len(rm.region.nodes)} nodes")
+                res = RegionResult(rm.region)
+                self.report.regions.append(res)
+                optimized = self._search_one(rm, res)
+                if optimized is None:
+                    continue
+                _settle_region(res, optimized, rm.inputs, rm.outputs, captures, self.sym_types, self.rtol,
+                               self.atol, self.strict, self.keep_out)
+                if res.accepted is None:
+                    log.info("region %d: %s", rm.region.index, res.note)
+                    continue
+                replacements.append((rm.region.nodes, res.accepted, PREFIX.format(rm.region.index)))
+        return replacements
+
+    def _search_one(self, rm: Any, res: RegionResult) -> Optional[onnx.ModelProto]:
+        t = time.monotonic()
+        try:
+            optimized, pass_report = search_region(rm, dict(self.search, rules=self.rules, cost=self.cost))
+        except Exception as e:  # an import or export failure only costs this region's rewrite
+            if is_interrupt(e):  # TVM's text for a Ctrl-C inside one of our callbacks
+                raise KeyboardInterrupt from None
+            res.note = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            log.info("region %d (%d nodes) kept as is: %s", rm.region.index, len(rm.region.nodes), res.note)
+            return None
+        finally:
+            res.seconds = time.monotonic() - t
+        tot = pass_report.total
+        if tot is not None:
+            res.cost_before, res.cost_after = tot.cost_before, tot.cost_after
+            res.ops_before, res.ops_after = tot.ops_before, tot.ops_after
+            res.rules_applied = dict(tot.rules_applied)
+            res.expanded, res.stopped_by = tot.expanded, tot.stopped_by
+        if optimized is None:
+            res.note = "no rewrite found"
+        return optimized

@@ -83,11 +83,13 @@ def topo_order(nodes: Sequence[onnx.NodeProto], available: Iterable[str]) -> lis
     return order
 
 
-def live_nodes(graph: onnx.GraphProto) -> set[int]:
-    """Indices of the nodes that graph outputs depend on."""
+def live_nodes(graph: onnx.GraphProto, barrier: Iterable[int] = (), roots: Iterable[str] = ()) -> set[int]:
+    """Indices of the nodes that graph outputs (and the tensors `roots`) depend on; with `barrier`, the dependence
+    is not followed through those nodes (what stays live once they are replaced by nodes that read `roots`)."""
     prod = producers(graph)
+    stop = set(barrier)
     live: set[int] = set()
-    stack = [o.name for o in graph.output]
+    stack = [o.name for o in graph.output] + list(roots)
     seen: set[str] = set()
     while stack:
         name = stack.pop()
@@ -95,7 +97,7 @@ def live_nodes(graph: onnx.GraphProto) -> set[int]:
             continue
         seen.add(name)
         i = prod.get(name)
-        if i is None or i in live:
+        if i is None or i in live or i in stop:
             continue
         live.add(i)
         stack.extend(node_reads(graph.node[i]))

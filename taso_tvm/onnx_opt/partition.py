@@ -4,6 +4,9 @@ A node is *searchable* when it survives folding, is in the default domain, has n
 that depends on a symbolic dim, TVM's ONNX frontend imports it alone at the bound shapes and the exporter writes
 it back (tried once per distinct signature), and, in a model with symbolic dims, what is written back is the same
 at both bindings (TVM resolves Flatten, Reshape's -1 or Slice ends to numbers: those nodes would bake the dim in).
+In a model with symbolic dims, reshapes are written relative to their input (the leading dims they keep as 0, the
+first other as -1), so a Reshape whose target shape is computed from a symbolic dim (attention heads split off
+[batch, sequence, hidden]) is searchable when that form is the same at both bindings.
 Every other node stays in the output as it is.
 
 Convexity comes from levels: a node's level is the largest number of unsearchable nodes on any path that reaches
@@ -14,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..progress import Progress
 from ..quiet import quiet
 from .onnx_graph import CONTROL_FLOW, DEFAULT_DOMAINS, default_opset, has_subgraph, node_reads, producers
 from .prepare import Prepared
@@ -42,6 +46,7 @@ class Partition:
     regions: list[Region]
     searchable: set[int]
     reasons: dict[int, str]  # node index -> why it stays out of the search
+    speculative: set[int] = field(default_factory=set)  # searchable only if the search removes them
 
     @property
     def num_searchable(self) -> int:
@@ -61,9 +66,10 @@ class _Probe:
     """What TVM makes of one node alone at given input types: None when it cannot be imported and exported back,
     else a canonical form of the export (op types, attributes and constants, names left out). Memoized."""
 
-    def __init__(self, opset: int, opset_imports):
+    def __init__(self, opset: int, opset_imports, relative_reshape: bool = False):
         self.opset = opset
         self.opset_imports = list(opset_imports)
+        self.relative_reshape = relative_reshape
         self.memo: dict[str, tuple[Optional[str], Optional[bytes]]] = {}
 
     def _model(self, node: onnx.NodeProto, types: dict, consts: dict) -> onnx.ModelProto:
@@ -119,7 +125,7 @@ class _Probe:
             return "TVM imports it as control flow", None
         try:
             with quiet():
-                out = export_relax(mod, opset=self.opset)
+                out = export_relax(mod, opset=self.opset, relative_reshape=self.relative_reshape)
         except Exception as e:  # ExportError, or a converter's failure on an odd form
             return f"the exporter cannot write {node.op_type} back ({_last_line(e)})", None
         ops = [n.op_type for n in out.graph.node]
@@ -163,6 +169,22 @@ def canonical(model: onnx.ModelProto) -> bytes:
     return h.digest()
 
 
+# operators none of whose inputs is a shape, an axis or a count: a tensor folded to a value that depends on a symbolic
+# dim (a causal mask sliced to the sequence length) is data to them, which the region reads as a run-time input
+DATA_INPUT_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "MatMul", "Equal", "Less",
+                            "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"})
+
+
+def runtime_inputs(prep: Prepared, index: int) -> set[str]:
+    """The inputs of kept node `index` that fold to a value depending on a symbolic dim and that the node reads as
+    data: a region holding the node reads them as run-time inputs, computed by the user's nodes as they are."""
+    node = prep.first.kept.get(index)
+    if node is None or node.op_type not in DATA_INPUT_OPS:
+        return set()
+    dep = prep.dim_dependent_inputs(index)
+    return set() if -1 in dep else {node.input[p] for p in dep}
+
+
 def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
     """None when node `index` can be searched, else the reason it stays as it is."""
     node = prep.model.graph.node[index]
@@ -173,15 +195,18 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
         return f"custom domain '{node.domain}'"
     if node.op_type in CONTROL_FLOW or has_subgraph(node):
         return "control flow"
-    if prep.dim_dependent(index):
+    dep = prep.dim_dependent_inputs(index)
+    data = runtime_inputs(prep, index)
+    if dep and not (node.op_type == "Reshape" and dep == {1}) and not data:  # a reshape is written relative
         return "reads a shape computed from a symbolic dim"
     forms = []
     for fb in prep.folded:
         work = fb.kept[index]
+        consts = {x: fb.consts[x] for x in work.input if x in fb.consts and x not in data}
         for x in list(work.input) + list(work.output):
-            if x and x not in fb.consts and not _static_tensor_type(fb.types.get(x)):
+            if x and x not in consts and not _static_tensor_type(fb.types.get(x)):
                 return "a tensor with no static shape at the bound shapes (data-dependent or unknown)"
-        why, form = probe(work, fb.types, fb.consts)
+        why, form = probe(work, fb.types, consts)
         if why is not None:
             return why
         forms.append(form)
@@ -195,18 +220,126 @@ def _constant(prep: Prepared, index: int) -> bool:
     return all(o in prep.first.consts for o in prep.first.kept[index].output if o)
 
 
-def partition(prep: Prepared) -> Partition:
-    model = prep.model
-    graph = model.graph
-    probe = _Probe(default_opset(model), model.opset_import)
+def _consumers(graph: onnx.GraphProto) -> dict[int, set[int]]:
+    prod = producers(graph)
+    out: dict[int, set[int]] = {}
+    for i, n in enumerate(graph.node):
+        for x in node_reads(n):
+            p = prod.get(x)
+            if p is not None and p != i:
+                out.setdefault(p, set()).add(i)
+    return out
+
+
+def _between(members: set[int], cons: dict[int, set[int]], prods: dict[int, set[int]],
+             folded: frozenset = frozenset()) -> set[int]:
+    """The nodes outside `members` on a path that leaves the set and comes back (over every edge of the user's
+    graph, folded nodes included: they stay in the written model), except through the `folded` nodes that
+    members read (a shape chain whose value the region takes as a constant). Empty: the set is convex."""
+    def reach(edges: dict[int, set[int]], skip: frozenset = frozenset()) -> set[int]:
+        stack = [c for m in members for c in edges.get(m, ()) if c not in members and c not in skip]
+        seen: set[int] = set()
+        while stack:
+            i = stack.pop()
+            if i not in seen and i not in members:
+                seen.add(i)
+                stack.extend(edges.get(i, ()))
+        return seen
+
+    return reach(cons) & reach(prods, folded)
+
+
+def merge_convex(graph: onnx.GraphProto, groups: list[set[int]], folded: frozenset = frozenset()) -> list[set[int]]:
+    """Merge groups joined by an edge where the union, closed over the groups of the nodes between them, stays
+    convex (groups on different levels often are: the level rule is conservative; an attention block whose mask
+    is computed on the side from the inputs, a residual add between two blocks)."""
+    cons = _consumers(graph)
+    prods: dict[int, set[int]] = {}
+    for p, cs in cons.items():
+        for c in cs:
+            prods.setdefault(c, set()).add(p)
+    groups = [set(g) for g in groups if g]
+    owner = {i: k for k, g in enumerate(groups) for i in g}
+    alive = [True] * len(groups)
+    for k in range(len(groups)):
+        tried: set[int] = set()
+        while alive[k]:
+            near = sorted({owner[c] for m in groups[k] for c in cons.get(m, ()) if c in owner} - {k} - tried)
+            if not near:
+                break
+            tried.add(near[0])
+            take, union = {near[0]}, groups[k] | groups[near[0]]
+            while True:
+                mid = _between(union, cons, prods, folded)
+                if not mid:
+                    break
+                if any(i not in owner for i in mid):
+                    union = set()  # an unsearchable node in between: these groups stay apart
+                    break
+                more = {owner[i] for i in mid} - take - {k}
+                take |= more
+                for j in more:
+                    union |= groups[j]
+            if not union:
+                continue
+            groups[k] = union
+            for j in take:
+                for i in groups[j]:
+                    owner[i] = k
+                alive[j], groups[j] = False, set()
+            tried.clear()
+    return [g for g, a in zip(groups, alive) if a]
+
+
+SPECULATIVE_REASONS = ("TVM bakes the value of a symbolic dim into it", "reads a shape computed from a symbolic dim")
+
+
+def partition(prep: Prepared, speculative: bool = False, index_base: int = 0) -> Partition:
+    """The searchable nodes in convex regions (numbered from `index_base`). With `speculative`, a Reshape whose
+    written form depends on a symbolic dim is searched too, on the chance that the search removes it (a kᵀ built by
+    reshape-transpose-reshape becomes one transpose): the region is checked at both bindings, and where that fails
+    the caller searches it again without them (`Partition.speculative`).
+
+    Nodes searchable only because they read a dim-dependent value as data (`runtime_inputs`) can also cut a block
+    apart (their shape read by an unsearchable chain that feeds the block back): the partition without them is
+    kept where its largest region is larger."""
+    graph = prep.model.graph
+    probe = _Probe(default_opset(prep.model), prep.model.opset_import, relative_reshape=prep.symbolic)
     reasons: dict[int, str] = {}
     searchable: set[int] = set()
-    for i in range(len(graph.node)):
-        why = node_status(prep, i, probe)
-        if why is None:
-            searchable.add(i)
-        else:
-            reasons[i] = why
+    spec: set[int] = set()
+    data_only: set[int] = set()
+    with Progress(len(graph.node), "trying nodes in TVM", unit="nodes") as bar:
+        for i in range(len(graph.node)):
+            why = node_status(prep, i, probe)
+            if why is None:
+                searchable.add(i)
+                if runtime_inputs(prep, i):
+                    data_only.add(i)
+            elif speculative and graph.node[i].op_type == "Reshape" and why in SPECULATIVE_REASONS \
+                    and i in prep.first.kept and _probe_first(prep, i, probe):
+                searchable.add(i)
+                spec.add(i)
+            else:
+                reasons[i] = why
+            bar.update()
+    merged, level = _convex_groups(prep, searchable)
+    if data_only:
+        without, level_without = _convex_groups(prep, searchable - data_only)
+        if max(map(len, without), default=0) > max(map(len, merged), default=0):
+            merged, level, searchable = without, level_without, searchable - data_only
+            reasons.update((i, "reads a shape computed from a symbolic dim") for i in data_only)
+    regions = [Region(index_base + k, nodes, level[nodes[0]])
+               for k, nodes in enumerate(sorted(sorted(m) for m in merged))]
+    log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
+             len(regions))
+    return Partition(regions, searchable, reasons, spec & searchable)
+
+
+def _convex_groups(prep: Prepared, searchable: set[int]) -> tuple[list[set[int]], dict[int, int]]:
+    """The searchable nodes grouped into convex regions, and each node's level: the largest number of unsearchable
+    nodes on a path that reaches it."""
+    graph = prep.model.graph
     prod = producers(graph)
     level: dict[int, int] = {}
     for i, n in enumerate(graph.node):  # the graph is topologically sorted (the checker requires it)
@@ -240,7 +373,15 @@ def partition(prep: Prepared) -> Partition:
     groups: dict[int, list[int]] = {}
     for i in sorted(searchable):
         groups.setdefault(root(i), []).append(i)
-    regions = [Region(k, nodes, level[nodes[0]]) for k, nodes in enumerate(sorted(groups.values()))]
-    log.info("partition: %d of %d nodes searchable, in %d region(s)", len(searchable), len(graph.node),
-             len(regions))
-    return Partition(regions, searchable, reasons)
+    folded = frozenset(i for i in range(len(graph.node)) if i not in prep.first.kept or _constant(prep, i))
+    return merge_convex(graph, [set(v) for v in groups.values()], folded), level
+
+
+def _probe_first(prep: Prepared, index: int, probe: _Probe) -> bool:
+    """Whether TVM imports node `index` and the exporter writes it back at the first binding."""
+    fb = prep.first
+    work = fb.kept[index]
+    if any(x and x not in fb.consts and not _static_tensor_type(fb.types.get(x))
+           for x in list(work.input) + list(work.output)):
+        return False
+    return probe(work, fb.types, fb.consts)[0] is None

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..onnx_io.weights import LARGE_ELEMENTS, as_inputs, is_reference
 from ..quiet import quiet
 from .. import errors as _errors
 
@@ -79,17 +80,22 @@ class Prepared:
     def dim_dependent(self, index: int) -> bool:
         """Whether node `index` reads a folded constant whose value depends on a symbolic dim (or is folded at
         one binding and not at the other)."""
+        return bool(self.dim_dependent_inputs(index))
+
+    def dim_dependent_inputs(self, index: int) -> set:
+        """The input positions of node `index` whose folded constant depends on a symbolic dim ({-1}: the node is
+        folded at one binding and not at the other)."""
         if not self.symbolic:
-            return False
+            return set()
         a, b = self.folded[0], self.folded[1]
         if (index in a.kept) != (index in b.kept):
-            return True
+            return {-1}
         if index not in a.kept:
-            return False
+            return set()
         ca, cb = a.const_inputs(index), b.const_inputs(index)
-        if set(ca) != set(cb):
-            return True
-        return any(ca[p].shape != cb[p].shape or not np.array_equal(ca[p], cb[p]) for p in ca)
+        out = set(ca) ^ set(cb)
+        return out | {p for p in set(ca) & set(cb)
+                      if ca[p].shape != cb[p].shape or not np.array_equal(ca[p], cb[p])}
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -147,9 +153,10 @@ def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[
 
 def second_bindings(first: Binding, model: onnx.ModelProto) -> list[Binding]:
     """Candidates for a second value of every symbolic dim, best first: 3 for a dim of 1, else twice the value;
-    then one eighth more (models that want multiples of 8, e.g. audio frames); then one more."""
+    then one eighth more (models that want multiples of 8, e.g. audio frames); then one more; then half (a model
+    bound at its longest sequence, BERT at 512 positions, runs at no larger one)."""
     steps = [lambda v: 3 if v == 1 else 2 * v, lambda v: 3 if v == 1 else v + max(1, v // 8),
-             lambda v: v + 1]
+             lambda v: v + 1, lambda v: 3 if v == 1 else max(2, v // 2)]
     out = []
     for step in steps:
         values = {k: step(v) for k, v in first.dims.items()}
@@ -183,7 +190,8 @@ def bind_inputs(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
     return infer(m)
 
 
-LARGE_CONSTANT = 4096  # elements; larger initializers cannot be shape data, so inference sees only their type
+MAX_FOLD_ROUNDS = 3  # onnxsim + shape inference again while it folds more (shapes it learns unlock chains)
+LARGE_CONSTANT = LARGE_ELEMENTS  # larger initializers cannot be shape data, so inference sees only their type
 
 
 def infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -236,21 +244,32 @@ def _working_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bool]:
     """onnxsim at `binding` (constant folding and shape inference only); (model, True), or the bound copy and
-    False when onnxsim is absent or fails on this model."""
-    bound = bind_inputs(model, binding)
+    False when onnxsim is absent or fails on this model. Weights kept out of the model (`onnx_io.weights`) are
+    graph inputs to it: they are never shape data, and onnxsim would serialize them."""
+    bound = as_inputs(bind_inputs(model, binding))
     try:
         import onnxsim
     except ImportError:  # pragma: no cover - a declared dependency
         log.warning("onnxsim is not installed: shape arithmetic is not folded")
         return bound, False
-    try:
-        with quiet():  # onnxsim prints a line for every node it cannot fold
-            folded, _ = onnxsim.simplify(bound, perform_optimization=False, check_n=0, skip_shape_inference=False)
-    except Exception as e:  # onnxsim raises whatever ORT or its passes raise
-        msg = str(e).strip().splitlines()
-        log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
-        return bound, False
-    return infer(folded), True
+    folded = bound
+    for _ in range(MAX_FOLD_ROUNDS):
+        try:
+            with quiet():  # onnxsim prints a line for every node it cannot fold
+                out, _ = onnxsim.simplify(folded, perform_optimization=False, check_n=0,
+                                          skip_shape_inference=False)
+        except Exception as e:  # onnxsim raises whatever ORT or its passes raise
+            if folded is not bound:
+                break
+            msg = str(e).strip().splitlines()
+            log.warning("onnxsim could not fold this model (%s); searching it unfolded", msg[-1] if msg else e)
+            return bound, False
+        del out.graph.value_info[:]  # onnxsim leaves the unknown dims of its first inference behind
+        done = len(out.graph.node) >= len(folded.graph.node) and folded is not bound
+        folded = infer(out)
+        if done:
+            break
+    return folded, True
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -272,7 +291,7 @@ def fold_at(model: onnx.ModelProto, binding: Binding, fold: bool = True) -> tupl
     for n in folded.graph.node:
         if n.name.startswith(NODE_PREFIX):
             kept[int(n.name[len(NODE_PREFIX):])] = n
-    consts = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
+    consts = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer if not is_reference(i)}
     for n in folded.graph.node:  # Constant nodes the folding kept are constants too
         if n.op_type == "Constant" and len(n.output) == 1:
             try:

@@ -12,9 +12,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..onnx_io import weights
 from ..quiet import quiet
-from .onnx_graph import default_opset, node_reads
-from .partition import Region
+from .onnx_graph import default_opset, live_nodes, node_reads
+from .partition import Region, runtime_inputs
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class RegionModel:
     model: onnx.ModelProto
     inputs: list[str]
     outputs: list[str]
+    symbolic: bool = False  # the user's model has symbolic dims: reshapes are written relative to their input
 
 
 @dataclass
@@ -46,8 +48,8 @@ class RegionResult:
 
 
 def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
-    """The region's nodes (as folded at the first binding) with their data inputs as graph inputs, their
-    constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
+    """The region's nodes (as folded at the first binding) with their data inputs (and the values folded from a
+    symbolic dim that they read as data) as graph inputs, their other constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
     f = prep.first
     graph = prep.model.graph
     members = set(region.nodes)
@@ -55,26 +57,36 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     produced = [o for n in nodes for o in n.output if o]
     produced_set = set(produced)
     read_outside = {o.name for o in graph.output}
+    # a reader outside the region counts if it stays live once the region is replaced (the rewrite reads the
+    # region's data inputs, not the constants folded into it), or was dead already (the splice keeps the user's
+    # dead nodes); shape chains that only fed the region's nodes are dropped with them
+    runtime = {x for i in region.nodes for x in runtime_inputs(prep, i)}  # dim-dependent values read as data
+    data_in = {x for n in nodes for x in n.input
+               if x and x not in produced_set and (x not in f.consts or x in runtime)}
+    live_before, live_after = live_nodes(graph), live_nodes(graph, members, data_in)
     for i, n in enumerate(graph.node):
-        if i not in members:
+        if i not in members and (i in live_after or i not in live_before):
             read_outside.update(node_reads(n))
     outputs = [o for o in produced if o in read_outside]
     if not outputs:
         return None
     inputs, inits, seen = [], [], set()
+    refs = {t.name: t for t in weights.references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
         for x in n.input:
             if not x or x in seen or x in produced_set:
                 continue
             seen.add(x)
-            if x in f.consts:
+            if x in f.consts and x not in runtime:
                 inits.append(numpy_helper.from_array(np.asarray(f.consts[x]), x))
+            elif x in refs:
+                inits.append(refs[x])
             else:
                 inputs.append(x)
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
-    return RegionModel(region, model, inputs, outputs)
+    return RegionModel(region, model, inputs, outputs, prep.symbolic)
 
 
 def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
@@ -92,11 +104,16 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
 
 
 def _ops_and_weights(model: onnx.ModelProto) -> tuple:
-    """The operators and constants a model uses, as multisets: equal for a rewrite that ONNX cannot tell from the
-    original (keeping the original then is always right)."""
+    """The operators and constants a model uses, as multisets (constants by type, shape and digest): equal for a
+    rewrite that ONNX cannot tell from the original (keeping the original then is always right)."""
+    import hashlib
+
     ops = sorted(f"{n.domain}/{n.op_type}" for n in model.graph.node)
-    consts = sorted(numpy_helper.to_array(t).tobytes() for t in model.graph.initializer)
-    return ops, consts
+    consts = []
+    for t in model.graph.initializer:
+        arr = np.ascontiguousarray(weights.array(t))
+        consts.append((str(arr.dtype), arr.shape, hashlib.sha1(memoryview(arr.reshape(-1)).cast("B")).digest()))
+    return ops, sorted(consts)
 
 
 def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[onnx.ModelProto], Any]:
@@ -104,19 +121,36 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     export the result at the model's opset; (None, report) when the search applied no rule."""
     from ..onnx_io import load_onnx
     from ..onnx_io.export import export_relax
+    from ..memory import trim
     from ..relay_pass.taso_pass import TasoOptimize
 
     with quiet():
         mod = load_onnx(rm.model, fold_constants=False)
-    p = TasoOptimize(runtime="onnx", **settings)
+    standard_ops = bool(settings.pop("standard_ops", False))
+    p = TasoOptimize(runtime="onnx", standard_ops=standard_ops, **settings)
     new_mod = p(mod)
     tot = p.report.total
     if tot is None or not tot.rules_applied:
+        del mod, new_mod
+        trim()
         return None, p.report
     opset = default_opset(rm.model)
+    # a model whose weights are kept out of it (`weights`): so are the exports', the weights the rewrite left as
+    # they were referred to where they are, the others copied once (from the Relax constants, into the store)
+    keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None
     with quiet():
-        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
-        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs)
-    if _ops_and_weights(out) == _ops_and_weights(same):  # e.g. conv+relu fused, then written as Conv + Relu
-        return None, p.report
-    return out, p.report
+        out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                           standard_ops=standard_ops, relative_reshape=rm.symbolic, initializer=keep)
+        del new_mod
+        same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
+                            relative_reshape=rm.symbolic, initializer=keep)
+    del mod
+    report = p.report
+    del p
+    trim()  # the Relax modules' constants (a copy of the region's weights, and more) go now, not at some later gc
+    unchanged = _ops_and_weights(out) == _ops_and_weights(same)  # e.g. conv+relu fused, written as Conv + Relu
+    weights.forget(same)
+    if unchanged:
+        weights.forget(out)
+        return None, report
+    return out, report

@@ -61,21 +61,27 @@ def splice(model: onnx.ModelProto, replacements: Sequence[tuple[Sequence[int], o
             nodes.extend(r_nodes)
             origin.extend([-1] * len(r_nodes))
             new_inits.extend(r_inits)
-    available = [i.name for i in g.input] + [i.name for i in g.initializer] + [t.name for t in new_inits]
-    order = topo_order(nodes, available)
-    nodes, origin = [nodes[k] for k in order], [origin[k] for k in order]
+    # drop what only the replaced nodes needed (what was dead before stays, as the user had it), then order
     del g.node[:]
     g.node.extend(nodes)
-    g.initializer.extend(new_inits)
-    # drop what only the replaced nodes needed (what was dead before stays, as the user had it)
     live_after = live_nodes(g)
-    keep = [n for k, n in enumerate(nodes) if k in live_after or (origin[k] >= 0 and origin[k] not in live_before)]
+    keep = [k for k in range(len(nodes)) if k in live_after or (origin[k] >= 0 and origin[k] not in live_before)]
+    nodes, origin = [nodes[k] for k in keep], [origin[k] for k in keep]
+    available = [i.name for i in g.input] + [i.name for i in g.initializer] + [t.name for t in new_inits]
+    order = topo_order(nodes, available)
     del g.node[:]
-    g.node.extend(keep)
+    g.node.extend(nodes[k] for k in order)
+    g.initializer.extend(new_inits)
     used_after = used_names(g)
     kept_inits = [t for t in g.initializer if t.name in used_after or t.name not in used_before]
     del g.initializer[:]
     g.initializer.extend(kept_inits)
+    have = {o.domain for o in out.opset_import}
+    for _, region, _ in replacements:  # a region may use the runtime's fused operators (com.microsoft)
+        for o in region.opset_import:
+            if o.domain not in have and any(n.domain == o.domain for n in g.node):
+                out.opset_import.append(copy.deepcopy(o))
+                have.add(o.domain)
     init_names = {t.name for t in g.initializer}
     dropped = {t.name for t in model.graph.initializer} - init_names
     for vi in [vi for vi in g.input if vi.name in dropped]:

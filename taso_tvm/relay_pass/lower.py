@@ -5,6 +5,7 @@ import logging
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.ir import GenericConst
 
@@ -38,9 +39,18 @@ def substitute(expr: Any, vmap: Mapping[Any, Any]) -> Any:
 
 def _const(node) -> Any:
     v = node.value
+    ty = node.types[0]
     if isinstance(v, GenericConst):
-        return v
+        shape = getattr(v.ty, "shape", None)
+        try:
+            same = shape is not None and tuple(int(d) for d in shape) == tuple(ty.shape)
+        except (TypeError, ValueError):
+            same = True
+        if same:
+            return v
     arr = weight_array(node)
+    if tuple(arr.shape) != tuple(ty.shape) and arr.size == ty.size:  # a rule's scalar met a [1] constant
+        arr = arr.reshape(ty.shape)
     return relax.const(arr, str(arr.dtype))
 
 
@@ -146,7 +156,14 @@ def _fold(graph: TensorGraph, node, arrays: Mapping[int, list]) -> list[np.ndarr
     """The outputs of a weight-only node, computed with NumPy from its (folded or weight) inputs."""
     args = [arrays[i][j] if i in arrays else weight_array(graph.node(i)) for i, j in node.inputs]
     outs = node.opdef.numpy(args, node.attrs)
-    return [np.ascontiguousarray(a, dtype=t.dtype) for a, t in zip(outs, node.types)]
+    return [_as_type(a, t) for a, t in zip(outs, node.types)]
+
+
+def _as_type(a: np.ndarray, t: Any) -> np.ndarray:
+    """`a` with the element type and shape the graph gives it (a [1] constant the importer typed as a scalar
+    broadcasts to [1] in NumPy)."""
+    a = np.ascontiguousarray(a, dtype=t.dtype)
+    return a.reshape(t.shape) if a.shape != tuple(t.shape) and a.size == t.size else a
 
 
 def _is_block_output(v: Any) -> bool:
@@ -156,7 +173,15 @@ def _is_block_output(v: Any) -> bool:
 def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None,
                       opaque_vars: Optional[Mapping[str, Mapping[int, Any]]] = None) -> relax.Function:
     """A standalone Relax function for a graph: its inputs become parameters (in `params` order if given).
-    `opaque_vars`: for each opaque node's key, the Relax var its expression reads at each input position."""
+    `opaque_vars`: for each opaque node's key, the Relax var its expression reads at each input position.
+    (Fused operators lowered as composite calls need the module: `lower_to_module`.)"""
+    return lower_to_module(graph, name, params, opaque_vars)[name]
+
+
+def lower_to_module(graph: TensorGraph, name: str = "main", params: Optional[Sequence[str]] = None,
+                    opaque_vars: Optional[Mapping[str, Mapping[int, Any]]] = None) -> "tvm.IRModule":
+    """An IRModule whose function `name` computes the graph (see `lower_to_function`), with the private functions
+    that composite-lowered fused operators call."""
     in_nodes = {n.attrs["name"]: n for n in graph.inputs()}
     order = list(params) if params is not None else sorted(in_nodes)
     pvars = []
@@ -170,4 +195,4 @@ def lower_to_function(graph: TensorGraph, name: str = "main", params: Optional[S
                                opaque_vars=opaque_vars)
         ret = outs[0] if len(outs) == 1 else relax.Tuple(outs)
         bb.emit_func_output(ret)
-    return bb.get()[name]
+    return bb.get()

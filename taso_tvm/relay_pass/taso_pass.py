@@ -19,6 +19,7 @@ from tvm import relax
 
 from ..check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
 from ..graph import TensorGraph, fold_weights
+from ..graph.ops.decompose import lowering
 from ..schedule import schedule_pipeline
 from ..search import SearchConfig, SearchStats, optimize_graph
 from .lift import LiftedBlock
@@ -112,7 +113,12 @@ class TasoOptimize:
           ("analytic", "tvm", "ort"), a config file path, or None for the configured default.
     config: a settings file (search, cost, rules sections); $TASO_TVM_CONFIG names one for every pass.
     runtime: what will run the result, for the `auto` cost backend: "tvm" (TVM kernels on the target) or
-          "onnx" (ONNX Runtime kernels, for a module that will be exported to ONNX).
+          "onnx" (ONNX Runtime kernels, for a module that will be exported to ONNX). It also decides how the
+          runtime's fused operators the search may introduce are lowered (`graph.ops.decompose`): for "onnx", as
+          calls the exporter writes as ONNX Runtime's fused nodes (unless `standard_ops`); for "tvm", as their
+          decomposition, with attention as Relax's `R.nn.attention` on CUDA targets.
+    standard_ops: the result will be written with default-domain ONNX operators only (no ONNX Runtime fused
+          nodes): fused operators are lowered, and costed, as their decomposition.
     check: build the module before and after for llvm, run both on random inputs (symbolic dims bound to 1) and
            raise `taso_tvm.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
            (the rules of `taso_tvm.check`). Off by default: it costs two builds.
@@ -124,7 +130,7 @@ class TasoOptimize:
                  budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
                  target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm",
                  check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL,
-                 method: Optional[str] = None):
+                 standard_ops: bool = False, method: Optional[str] = None):
         s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
                              region_size=region_size, method=method)
         self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
@@ -132,6 +138,7 @@ class TasoOptimize:
         if runtime not in ("tvm", "onnx"):
             raise ValueError(f"runtime must be 'tvm' or 'onnx', got {runtime!r}")
         self._rules_arg, self._cost_arg, self._target, self._runtime = s["rules"], s["cost"], target, runtime
+        self.standard_ops = bool(standard_ops)
         self._rules = None
         self._cost = None
         if check:
@@ -154,13 +161,21 @@ class TasoOptimize:
         self.report.blocks.append(stats)
         return best
 
+    def fused_lowering(self) -> str:
+        """How this pass lowers fused operators (`graph.ops.decompose.lowering`)."""
+        if self._runtime == "onnx":
+            return "decompose" if self.standard_ops else "composite"
+        target = self._target_now()
+        return "relax_attention" if target is not None and target.kind.name == "cuda" else "decompose"
+
     def transform_module(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
         if self._rules is None:
             self._rules = _resolve_rules(self._rules_arg)
         self._cost, owned = _resolve_cost(self._cost_arg, self._target_now(), self._runtime)
         self.report = PassReport()
         try:
-            out = rewrite_module(mod, self._search_block, fold_weights=True)
+            with lowering(self.fused_lowering()):  # the cost model's kernels and the result alike
+                out = rewrite_module(mod, self._search_block, fold_weights=True)
         finally:
             if owned:
                 self._cost.close()  # stops the cost model's build workers

@@ -189,6 +189,15 @@ register_facet("gelu", GEN_CARRIES, _UNARY_RANK)
 register_facet("layernorm", GEN_ATTRS, {"axes": ((-1,),)})
 register_facet("layernorm", GEN_INPUTS, ("mat", "row"))
 register_facet("layernorm", GEN_CARRIES, ((0, -2, -2), (0, -3, -3)))
+# the runtime's fused operators (graph/ops/fused.py): the generator finds rules into them like into any operator
+for _op in ("bias_gelu", "fast_gelu"):
+    register_facet(_op, GEN_ATTRS, {})
+    register_facet(_op, GEN_INPUTS, ("mat", "row"))
+register_facet("gelu_tanh", GEN_ATTRS, {})
+register_facet("gelu_tanh", GEN_CARRIES, _UNARY_RANK)
+register_facet("fused_matmul", GEN_ATTRS, {"trans_a": (0, 1), "trans_b": (0, 1), "alpha": (1.0,)})
+register_facet("fused_matmul", GEN_INPUTS, ("mat",))
+register_facet("fused_matmul", GEN_OPERANDS, {0: {-1: ("S", "D", "L")}, 1: {-2: ("S", "D", "L")}})
 register_facet("transpose", GEN_ATTRS, {"perm": "swap_last_or_heads"})
 register_facet("transpose", GEN_INPUTS, ("batched", "heads"))
 # attention heads: a [B, L, E] activation split into heads, per-head tensors merged back, or flattened (the forms of

@@ -350,8 +350,10 @@ class Z3Converter:
                 z = z3.If(args[0] > 0, args[0], z3.RealVal(0))
             elif a[1] == "max":
                 z = z3.If(args[1] > args[0], args[1], args[0])
-            else:
+            elif len(args) == 1:
                 z = z3_fn(a[1])(*args)
+            else:  # an n-ary uninterpreted function (`elementwise.z3_apply_n`: where)
+                z = z3.Function(a[1], *([z3.RealSort()] * (len(args) + 1)))(*args)
         self._atoms[i] = z
         return z
 

@@ -74,10 +74,14 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     start_cost = cost(graph)
     ops0 = graph.num_runtime_ops
     max_ops = cfg.max_ops(ops0)
-    best, best_cost, best_path = graph, start_cost, ()
+    # the search tree grows from the normal form (the `normalize` rules applied to a fixpoint); the graph as given
+    # stays the answer unless something cheaper is found
+    root, root_path = normalize(graph, rules, cfg.normalize_steps) if budget > 0 else (graph, ())
+    root_cost = start_cost if root is graph else cost(root)
+    best, best_cost, best_path = root, root_cost, root_path
     counter = itertools.count()
-    heap = [(start_cost, next(counter), graph, ())]
-    seen = {graph}
+    heap = [(root_cost, next(counter), root, root_path)]
+    seen = {graph, root}
     stats = SearchStats(start_cost, start_cost, ops0, ops0)
     try:
         while heap:
@@ -102,18 +106,82 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
             for rule, new in fresh:
                 stats.candidates += 1
                 nc = cost(new)
-                # cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which
-                # FuseOps would fuse anyway, so a fusion-aware cost model sees no difference)
-                if nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops):
+                if _better(nc, new, best_cost, best):
                     best, best_cost, best_path = new, nc, path + (rule.name,)
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
                     heapq.heappush(heap, (nc, next(counter), new, path + (rule.name,)))
+        if cfg.descent_steps and budget > 0 and stats.stopped_by == "budget":
+            best, best_cost, best_path = _descend(best, best_cost, best_path, rules, cost, cfg, max_ops, seen,
+                                                  deadline, stats, prefetch)
     except KeyboardInterrupt:
         stats.stopped_by = "interrupt"
         log.warning("search interrupted: returning the best graph found so far")
+    if not _better(best_cost, best, start_cost, graph):  # the normal form led nowhere cheaper
+        best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
     stats.ops_after = best.num_runtime_ops
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats
+
+
+NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one
+
+
+def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[TensorGraph, tuple]:
+    """`graph` with the rules of family `normalize` applied while one applies (at most `max_steps`), and the names
+    of those applied. They are terminating by design (they remove operators or move a scalar factor towards the
+    inputs), so the normal form of a region does not depend on the order of the matches."""
+    path: tuple = ()
+    for _ in range(max_steps):
+        for rule, match in rules.matches(graph):
+            if getattr(rule, "family", "") != NORMALIZE:
+                continue
+            new = rules.apply(graph, rule, match)
+            if new is not None and new != graph:
+                graph, path = new, path + (rule.name,)
+                break
+        else:
+            break
+    return graph, path
+
+
+def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph) -> bool:
+    """Cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which FuseOps would
+    fuse anyway, so a fusion-aware cost model sees no difference)."""
+    return nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops)
+
+
+def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleSource, cost: CostFn,
+             cfg: SearchConfig, max_ops: int, seen: set, deadline: Optional[float], stats: SearchStats,
+             prefetch: Optional[Callable[[list], None]]) -> tuple:
+    """After the budget: from the best graph, take the best improving rewrite while there is one (at most
+    `descent_steps`). A chain of rewrites that each pay (normalize an attention block, fuse it, fold its scale)
+    is reached even when the budget went to exploring alternatives elsewhere in the region."""
+    for _ in range(cfg.descent_steps):
+        if deadline is not None and time.monotonic() > deadline:
+            stats.stopped_by = "time"
+            break
+        fresh = []
+        for rule, match in rules.matches(best):
+            new = rules.apply(best, rule, match)
+            if new is None or new.num_runtime_ops > max_ops:
+                continue
+            fresh.append((rule, new))
+        if prefetch is not None and fresh:
+            prefetch([new for _, new in fresh if new not in seen])
+        step = None
+        for rule, new in fresh:
+            if new not in seen:
+                seen.add(new)
+                stats.candidates += 1
+            nc = cost(new)
+            if _better(nc, new, best_cost if step is None else step[0], best if step is None else step[1]):
+                step = (nc, new, rule)
+        if step is None:
+            break
+        stats.expanded += 1
+        log.info("descent: cost %.4g -> %.4g (%s)", best_cost, step[0], step[2].name)
+        best_cost, best, best_path = step[0], step[1], best_path + (step[2].name,)
+    return best, best_cost, best_path

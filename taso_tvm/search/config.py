@@ -34,15 +34,19 @@ class SearchConfig:
     """Search settings. `alpha`: keep a candidate costing below alpha x the best; `budget`: graphs expanded per
     region; `time_limit` (s): for the whole search; `region_size`: the operator count above which a graph is
     searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
-    (plus `MAX_OPS_SLACK`); `method`: `backtrack` (TASO's search, the settings above), `egraph` (equality
+    (plus `MAX_OPS_SLACK`); `descent_steps`: after the budget, improving rewrites taken one at a time from the best
+    graph, at most this many (0: none); `normalize_steps`: rewrites by the rules of family `normalize` before the
+    search, at most this many; `method`: `backtrack` (TASO's search, the settings above), `egraph` (equality
     saturation and extraction, `search.egraph`, whose limits are `egraph`, an `EGraphConfig`; None: its
     defaults) or `both` (each, keeping the graph the cost model prefers)."""
 
     alpha: float = 1.05
     budget: int = 10
     time_limit: Optional[float] = None
-    region_size: int = 32
+    region_size: int = 64
     max_ops_ratio: float = 1.5
+    descent_steps: int = 32
+    normalize_steps: int = 256
     method: str = "backtrack"
     egraph: Any = None
 

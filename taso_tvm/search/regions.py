@@ -49,7 +49,8 @@ def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
 
 def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tuple], size: int,
                       out_of_time: Optional[Callable[[], bool]] = None) -> tuple[TensorGraph, list]:
-    """Search each region of `size` operators, twice (aligned cuts, then cuts shifted by half a region).
+    """Search each region of `size` operators, twice (aligned cuts, then cuts shifted by half a region, or the
+    whole graph where the first pass brought it down to `size` operators).
 
     Regions of one pass are disjoint, so each is searched against the same graph and all their rewrites are
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
@@ -67,7 +68,10 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
     for offset in (0, size // 2):
         mapping: dict = {}
         stop = False
-        runs = first if offset == 0 else regions(graph, size, offset)
+        if offset == 0:
+            runs = first
+        else:  # a first pass that shrank the graph to one region's size leaves one run: the whole graph
+            runs = regions(graph, size, offset) if graph.num_ops > size else [{n.id for n in graph.ops()}]
         if offset:  # the shifted pass cuts the graph the first pass left, into one run more or fewer
             bar.total = bar.done + len(runs)
         for members in runs:

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import tvm_ffi
 
 from ..config import CostConfig, parse_rpc
 from ..device import cpu_identity, cuda_identity
 from ..kernel import KernelSig
+from ...errors import CostError
 from ...progress import Progress
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
@@ -35,6 +37,13 @@ from .tvm_build import build_kernel, failure_reason, warm_up
 from ...schedule.target import SCHEDULE_VERSION, with_host_cpu
 from ...schedule.threads import set_num_threads
 from ...quiet import sigint_blocked
+
+
+class NoDeviceError(CostError, RuntimeError):
+    """The kernels must be measured on a device this machine does not have (bad settings, not a bug)."""
+
+
+tvm_ffi.register_error(NoDeviceError)  # raised inside the search pass: it crosses TVM's FFI with its own type
 
 log = logging.getLogger(__name__)
 
@@ -215,12 +224,14 @@ class TvmBackend(Backend):
             return self._session.cpu(0) if self.kind == "llvm" else self._session.cuda(0)
         dev = self._tvm.cpu(0) if self.kind == "llvm" else self._tvm.cuda(0)
         if not dev.exist and self.config.device:
-            raise RuntimeError(f"kernels missing from the timings of device '{self.config.device}' and no CUDA "
+            raise NoDeviceError(f"kernels missing from the timings of device '{self.config.device}' and no CUDA "
                                f"device here: export them (taso-tvm cost export-kernels), time them on that device "
                                f"and import the timings")
         if not dev.exist:
-            raise RuntimeError("no CUDA device on this machine: measure on a GPU machine or through rpc "
-                               "(HOST:PORT:KEY)")
+            raise NoDeviceError("no CUDA device on this machine to measure CUDA kernels on: build with "
+                                "--cost-backend analytic, measure through RPC (the cost config's rpc: HOST:PORT:KEY), "
+                                "or time the kernels on a GPU machine (taso-tvm cost export-kernels) and load them "
+                                "with taso-tvm cost import-timings")
         return dev
 
     def _load(self, path: str):

@@ -48,6 +48,11 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return x * 0.5 * (1.0 + _erf(x / np.sqrt(2.0).astype(x.dtype)))
 
 
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    c = np.sqrt(2.0 / np.pi).astype(x.dtype)
+    return x * 0.5 * (1.0 + np.tanh(c * (x + 0.044715 * x ** 3)))
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -125,6 +130,21 @@ def z3_apply(name: str, v: Any) -> Any:
     return v.sym_apply(name) if _symbolic(v) else z3_fn(name)(v)
 
 
+def z3_apply_n(name: str, *args: Any) -> Any:
+    """The uninterpreted function `name` of several Real arguments (booleans as 0 / 1)."""
+    import z3
+
+    sym = next((v for v in args if _symbolic(v)), None)
+    if sym is not None:
+        i = next(k for k, v in enumerate(args) if v is sym)
+        return sym.sym_apply(f"{name}@{i}", *(args[:i] + args[i + 1:]))
+    key = f"{name}/{len(args)}"
+    f = _Z3_FUNCS.get(key)
+    if f is None:
+        f = _Z3_FUNCS[key] = z3.Function(name, *([z3.RealSort()] * (len(args) + 1)))
+    return f(*(z3_val(v) for v in args))
+
+
 def z3_max(a: Any, b: Any) -> Any:
     """max(a, b), exact (If)."""
     import z3
@@ -163,6 +183,7 @@ RELU = _unary("relu", "relax.nn.relu", lambda x: np.maximum(x, 0), R.nn.relu, z3
 SIGMOID = _unary("sigmoid", "relax.sigmoid", _sigmoid, R.sigmoid, z3=_z3_uf("sigmoid"))
 TANH = _unary("tanh", "relax.tanh", np.tanh, R.tanh, z3=_z3_uf("tanh"))
 GELU = _unary("gelu", "relax.nn.gelu", _gelu, R.nn.gelu, z3=_z3_uf("gelu"))
+GELU_TANH = _unary("gelu_tanh", "relax.nn.gelu_tanh", _gelu_tanh, R.nn.gelu_tanh, z3=_z3_uf("gelu_tanh"))
 ERF = _unary("erf", "relax.erf", _erf, R.erf, z3=_z3_uf("erf"))
 EXP = _unary("exp", "relax.exp", np.exp, R.exp, z3=_z3_uf("exp"))
 SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))

@@ -390,6 +390,8 @@ class EmitContext:
         self.out_ty = None
         self.out_var = None
         self.target_opset = None  # the opset requested by the caller, if any
+        self.standard_ops = False  # write fused operators as their decomposition (default-domain ONNX only)
+        self.relative_reshape = False  # static reshapes relative to the input's leading dims (`relative_shape`)
         self.origins: Dict[str, str] = {}  # binding name -> ONNX node name, for messages
         # hooks installed by the exporter
         self.tir_resolver = None  # tir.Var -> ONNX name of a [1]-shaped int64 tensor

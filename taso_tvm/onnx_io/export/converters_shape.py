@@ -24,6 +24,19 @@ INT64_MIN = np.iinfo(np.int64).min
 
 
 # ----------------------------------------------------------------------------- reshape family
+def relative_shape(in_dims, out_dims) -> list:
+    """A Reshape target that states `out_dims` relative to the input: the leading dims it keeps as 0 (copy) and
+    the first of the others as -1 (inferred), so that it also holds where the kept dims (a batch, a sequence) have
+    other values: [B, S, E] -> [B, S, H, D] is [0, 0, -1, D], [B, S, E] -> [B*S, E] is [-1, E]."""
+    k = 0
+    while k < min(len(in_dims), len(out_dims)) and in_dims[k] == out_dims[k]:
+        k += 1
+    rest = [int(d) for d in out_dims[k:]]
+    if rest and 0 not in rest:
+        rest[0] = -1
+    return [0] * k + rest
+
+
 def _reshape_to(ctx, x, shape_expr, out_expr_ty):
     """Reshape ``x`` to a Relax shape (ShapeExpr or a shape value)."""
     out_static = static_dims(out_expr_ty)
@@ -35,8 +48,11 @@ def _reshape_to(ctx, x, shape_expr, out_expr_ty):
                 for a, b in zip(in_dims, out_dims)):
             return x  # reshape to the same (symbolic) shape
     if out_static is not None:
-        if static_dims(ctx.call.args[0]) == out_static:
+        in_static = static_dims(ctx.call.args[0])
+        if in_static == out_static:
             return x  # reshape to the same shape
+        if ctx.relative_reshape and in_static is not None:
+            return ctx.op("Reshape", x, ctx.i64(relative_shape(in_static, out_static)))
         return ctx.reshape(x, out_static)
     if isinstance(shape_expr, relax.ShapeExpr):
         vals = list(shape_expr.values)

@@ -6,8 +6,9 @@ modules), tracks symbolic dimensions, assembles the ``onnx.ModelProto`` and pick
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -29,6 +30,9 @@ from .context import (
     tensor_to_numpy,
 )
 from .registry import CONVERTERS
+from .converters_fused import FUSED_CONVERTERS
+from .opset import RUNTIME_DOMAINS
+from ...graph.ops.decompose import composite_attrs
 
 
 # --------------------------------------------------------------------------------------
@@ -242,6 +246,9 @@ class RelaxExporter:
                 ctx.fail("callee is not in the module")
             callee = self.mod[op]
             if isinstance(callee, relax.Function):
+                fused = None if ctx.standard_ops else self._convert_fused(callee, call, env, var)
+                if fused is not None:
+                    return fused
                 vals = [self.eval_expr(a, env) for a in call.args]
                 return self.inline(callee, vals)
             ctx.relax_op = f"call to {op.name_hint}"
@@ -256,6 +263,26 @@ class RelaxExporter:
             return self.inline(op, vals, env)
         ctx.relax_op = "call"
         ctx.fail(f"unsupported callee {type(op).__name__}")
+
+    def _convert_fused(self, callee: relax.Function, call: relax.Call, env: Dict[Any, Any], var) -> Any:
+        """The runtime's fused node for a call to a lowered fused operator (None: not one, or this call has no
+        fused form, e.g. a scale that is not a constant; the caller then inlines the decomposition)."""
+        found = composite_attrs(callee)
+        if found is None or found[0] not in FUSED_CONVERTERS:
+            return None
+        name, fattrs = found
+        ctx = self.ctx
+        prev = (ctx.relax_op, ctx.call, ctx.out_ty, ctx.out_var)
+        ctx.relax_op, ctx.call = f"fused {name}", call
+        ctx.out_ty, ctx.out_var = (var.ty if var is not None else call.ty), var
+        try:
+            return FUSED_CONVERTERS[name](ctx, call, fattrs, _Args(self, call.args, env))
+        except ExportError:
+            raise
+        except Exception as e:  # converter bug / unexpected IR -> still one clear line
+            raise ctx.error(f"{type(e).__name__}: {one_line(e)}") from e
+        finally:
+            ctx.relax_op, ctx.call, ctx.out_ty, ctx.out_var = prev
 
     def _convert_packed(self, symbol, call, args, env, var):
         ctx = self.ctx
@@ -515,7 +542,10 @@ def _get_main(obj):
 def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Optional[int] = None,
                  input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
                  model_name: str = "main", name_prefix: str = "",
-                 origins: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
+                 origins: Optional[Dict[str, str]] = None, standard_ops: bool = False,
+                 relative_reshape: bool = False,
+                 initializer: Optional[Callable[[str, np.ndarray, int], Optional[onnx.TensorProto]]] = None
+                 ) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
 
     Parameters
@@ -536,11 +566,20 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
     origins : dict, optional
         Relax binding name -> name of the ONNX node it came from; error messages then say
         ``(from ONNX node '...')`` (TVM's importer keeps no such link itself).
+    standard_ops : bool, optional
+        Write only default-domain ONNX operators: the runtime's fused operators (calls to functions lowered by
+        ``taso_tvm.graph.ops.decompose`` in ``composite`` mode) are written as their decomposition instead of
+        ONNX Runtime's ``com.microsoft`` nodes.
+    relative_reshape : bool, optional
+        Write each static reshape relative to its input (the leading dims it keeps as 0, the first other one as
+        -1), so that a graph exported at one binding of a model's symbolic dims also computes the same at others
+        (a region of a model with a symbolic batch or sequence).
 
     Every failure is an :class:`ExportError` with a one-line message.
     """
     try:
-        model = _export(mod_or_func, opset, input_names, output_names, model_name, origins)
+        model = _export(mod_or_func, opset, input_names, output_names, model_name, origins, standard_ops,
+                        relative_reshape, initializer)
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
@@ -551,11 +590,14 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
     return model
 
 
-def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None) -> onnx.ModelProto:
+def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None,
+            standard_ops: bool = False, relative_reshape: bool = False, initializer=None) -> onnx.ModelProto:
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
     ctx.target_opset = opset
+    ctx.standard_ops = standard_ops
+    ctx.relative_reshape = relative_reshape
     ctx.origins = dict(origins or {})
 
     graph_inputs, values, num_input, init_from_params = _bind_inputs(ctx, func, input_names)
@@ -575,7 +617,7 @@ def _export(mod_or_func, opset, input_names, output_names, model_name, origins=N
     inits = {k: t for k, t in ctx.initializers.items() if k in needed or k in init_from_params}
     v = _opset.choose_opset(alive, opset, ctx.origins)
     node_protos = _opset.render(alive, v, inits, ctx.types)
-    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits)
+    return _assemble_model(ctx, model_name, v, node_protos, graph_inputs, graph_outputs, inits, initializer)
 
 
 def _bind_inputs(ctx, func, input_names):
@@ -652,10 +694,12 @@ def _live_nodes(ctx, out_names):
 
 
 def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs, graph_outputs,
-                    inits) -> onnx.ModelProto:
+                    inits, initializer=None) -> onnx.ModelProto:
     """The ModelProto, built in place so that large initializers are copied exactly once."""
     model = onnx.ModelProto()
     opsets = [helper.make_opsetid("", opset)]
+    opsets += [helper.make_opsetid(d, RUNTIME_DOMAINS[d]) for d in sorted({n.domain for n in node_protos})
+               if d in RUNTIME_DOMAINS]
     model.opset_import.extend(opsets)
     model.producer_name = "taso_tvm"
     model.producer_version = "0.1"
@@ -665,7 +709,11 @@ def _assemble_model(ctx, model_name: str, opset: int, node_protos, graph_inputs,
     graph.input.extend(graph_inputs)
     graph.output.extend(graph_outputs)
     for name, (arr, elem) in inits.items():
-        fill_tensor_proto(graph.initializer.add(), name, arr, elem)
+        t = initializer(name, arr, elem) if initializer is not None else None
+        if t is None:
+            fill_tensor_proto(graph.initializer.add(), name, arr, elem)
+        else:
+            graph.initializer.append(t)
     model.ir_version = onnx.IR_VERSION
     try:
         model.ir_version = max(helper.find_min_ir_version_for(opsets), _min_ir_for_types(ctx, inits))

@@ -86,7 +86,12 @@ def _flex_input_index(schema, name: str) -> Optional[int]:
 _BROADCAST_SINCE_8 = {"Max", "Min", "Sum", "Mean"}
 
 
+RUNTIME_DOMAINS = {"com.microsoft": 1}  # operator domains of ONNX Runtime's own kernels -> their opset version
+
+
 def node_valid(n: NodeSpec, v: int) -> bool:
+    if n.domain in RUNTIME_DOMAINS:  # the runtime's fused operators: no ONNX schema, valid beside any opset
+        return True
     if n.lo is not None and v < n.lo:
         return False
     if v < 8 and n.op_type in _BROADCAST_SINCE_8 and not n.domain and len(n.inputs) > 1:
@@ -237,6 +242,10 @@ class _ConstantInputs:
 def _render_node(n: NodeSpec, v: int, consts: _ConstantInputs) -> onnx.NodeProto:
     inputs = list(n.inputs)
     attrs = dict(n.attrs)
+    if n.domain in RUNTIME_DOMAINS:
+        while inputs and inputs[-1] == "":
+            inputs.pop()
+        return helper.make_node(n.op_type, inputs, list(n.outputs), name=n.name or None, domain=n.domain, **attrs)
     if n.flex:
         _place_flex(n, v, inputs, attrs, consts)
     _fill_empty_inputs(n, v, inputs, consts)

@@ -1,0 +1,207 @@
+"""Export the transformer models of the peers' benchmark (`benchmarks/bench_peers.py`) into a cache folder.
+
+Every model is built from a transformers *config* with random weights from a fixed seed (no hub download), exported
+by torch (the TorchScript exporter, `dynamo=False`, and where noted the dynamo exporter) with a symbolic batch and
+sequence (images: batch), checked (onnx.checker, then ONNX Runtime at two values of each symbolic dim against the
+torch module), and listed in `manifest.json` in the format of `tests/data/real_models/manifest.json` (read by
+`tests/real_models.py`), with the keys the benchmark needs besides: `model_type`, `num_heads`, `hidden_size`
+(the ORT transformer optimizer's arguments) and `seq` (the sequence lengths to benchmark).
+
+It needs torch and transformers, which the project does not depend on:
+
+    python3 -m venv /tmp/venv-export
+    /tmp/venv-export/bin/pip install torch==2.13.0 transformers onnx onnxscript onnxruntime
+    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--out DIR]
+
+Default folder: `$TASO_TVM_PEER_MODELS`, else `~/.cache/taso_tvm/peer_models/`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SEED = 0
+BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+MINILM_L6 = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+MINILM_L3 = dict(hidden_size=384, num_hidden_layers=3, num_attention_heads=12, intermediate_size=1536)
+
+# name -> (family, exporter, config, model_type for ORT's optimizer, sequence lengths)
+MODELS = {
+    "bert_base_legacy": ("bert", "legacy", BERT_BASE, "bert", [128, 512]),
+    "bert_base_dynamo": ("bert", "dynamo", BERT_BASE, "bert", [128, 512]),
+    "minilm_l6_legacy": ("bert", "legacy", MINILM_L6, "bert", [128, 512]),
+    "minilm_l6_dynamo": ("bert", "dynamo", MINILM_L6, "bert", [128, 512]),
+    "minilm_l3_legacy": ("bert", "legacy", MINILM_L3, "bert", [128, 512]),
+    "distilbert_legacy": ("distilbert", "legacy", dict(dim=768, n_layers=6, n_heads=12, hidden_dim=3072), "bert",
+                          [128]),
+    "vit_base_legacy": ("vit", "legacy", dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
+                                              num_attention_heads=12, intermediate_size=3072), "vit", [197]),
+    # GPT-2 small's architecture written out in torch (gpt2_blocks.py): transformers' GPT-2 does not export here
+    "gpt2_small_blocks": ("gpt2_blocks", "legacy", dict(hidden=768, layers=12, heads=12), "gpt2", [128]),
+    "gpt2_small_dynamo": ("gpt2", "dynamo", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
+                                                 use_cache=False), "gpt2", [128]),
+}
+
+
+def default_out() -> Path:
+    return Path(os.environ.get("TASO_TVM_PEER_MODELS", Path.home() / ".cache" / "taso_tvm" / "peer_models"))
+
+
+def _module(family: str, cfg: dict):
+    """(torch module returning the last hidden state, example inputs, input specs, heads, hidden)."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+
+    class Wrap(torch.nn.Module):  # the last hidden state; explicit arguments (torch.export matches them by name)
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+    class Pixels(Wrap):
+        def forward(self, pixel_values):
+            return self.m(pixel_values=pixel_values).last_hidden_state
+
+    class Ids(Wrap):
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).last_hidden_state
+
+    class IdsMask(Wrap):
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    if family == "vit":
+        m = tf.ViTModel(tf.ViTConfig(**cfg), add_pooling_layer=False)
+        size = cfg["image_size"]
+        ex = (torch.randn(1, 3, size, size),)
+        specs = [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, size, size]}]
+        return Pixels(m).eval(), ex, specs, cfg["num_attention_heads"], cfg["hidden_size"]
+    if family == "gpt2_blocks":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from gpt2_blocks import GPT2, VOCAB
+
+        ex = (torch.randint(0, VOCAB, (1, 16)),)
+        specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, VOCAB]}]
+        return GPT2(**cfg).eval(), ex, specs, cfg["heads"], cfg["hidden"]
+    if family == "gpt2":
+        m = tf.GPT2Model(tf.GPT2Config(**cfg))
+        vocab = m.config.vocab_size
+        ex = (torch.randint(0, vocab, (1, 16)),)
+        specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, vocab]}]
+        return Ids(m).eval(), ex, specs, cfg["n_head"], cfg["n_embd"]
+    if family == "distilbert":
+        m = tf.DistilBertModel(tf.DistilBertConfig(**cfg))
+        heads, hidden = cfg["n_heads"], cfg["dim"]
+    else:
+        m = tf.BertModel(tf.BertConfig(**cfg), add_pooling_layer=False)
+        heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
+    vocab = m.config.vocab_size
+    ex = (torch.randint(0, vocab, (1, 16)), torch.ones(1, 16, dtype=torch.long))
+    specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, vocab]},
+             {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, 2],
+              "pattern": "padding_mask"}]
+    return IdsMask(m).eval(), ex, specs, heads, hidden
+
+
+def export(name: str, out: Path) -> dict:
+    import onnx
+    import torch
+    import transformers
+
+    family, exporter, cfg, model_type, seqs = MODELS[name]
+    module, example, specs, heads, hidden = _module(family, cfg)
+    path = out / f"{name}.onnx"
+    names = [s["name"] for s in specs]
+    if exporter == "dynamo":
+        dims = {"batch": torch.export.Dim.DYNAMIC, "sequence": torch.export.Dim.DYNAMIC}
+        dyn = tuple({i: dims[d] for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs)
+        torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
+                          dynamic_shapes=dyn, dynamo=True, external_data=False)
+    else:
+        axes = {s["name"]: {i: d for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs}
+        torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes=axes, opset_version=17, dynamo=False)
+    model = onnx.load(str(path))
+    if exporter == "dynamo":  # the stack traces name the exporting machine's paths
+        for n in model.graph.node:
+            keep = [p for p in n.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+            del n.metadata_props[:]
+            n.metadata_props.extend(keep)
+        onnx.save(model, str(path))
+    onnx.checker.check_model(str(path), full_check=True)
+    dims = {"batch": [1, 2]} if family == "vit" else {"batch": [1, 2], "sequence": [16, 9]}
+    _check(path, module, specs, dims)
+    data = path.read_bytes()
+    if family == "gpt2_blocks":  # no transformers class: the architecture is written out in gpt2_blocks.py
+        source_package = "benchmarks/peers/gpt2_blocks.py"
+    else:
+        source_package = "transformers"
+    return {"name": name, "file": path.name, "set": "peers",
+            "source": {"package": source_package, "version": transformers.__version__,
+                       "config": dict(cfg, arch=type(getattr(module, "m", module)).__name__),
+                       "parameters": int(sum(p.numel() for p in module.parameters()))},
+            "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
+            "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+            "ir_version": model.ir_version, "inputs": [dict(s, file_shape=s["shape"]) for s in specs],
+            "outputs": ["last_hidden_state"], "dims": dims, "kinds": ["transformer", family],
+            "model_type": model_type, "num_heads": heads, "hidden_size": hidden, "seq": seqs,
+            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _check(path: Path, module, specs: list, dims: dict) -> None:
+    """ONNX Runtime at each listed value of the symbolic dims equals the torch module."""
+    import onnxruntime as ort
+    import torch
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(SEED)
+    for k in range(len(next(iter(dims.values())))):
+        at = {d: v[k] for d, v in dims.items()}
+        feeds = {}
+        for s in specs:
+            shape = [at[d] if isinstance(d, str) else d for d in s["shape"]]
+            if s["dtype"] == "float32":
+                feeds[s["name"]] = rng.standard_normal(shape).astype(np.float32)
+            elif s.get("pattern") == "padding_mask":
+                m = np.ones(shape, np.int64)
+                m[:, shape[1] // 2 + 1:] = rng.integers(0, 2, (shape[0], shape[1] - shape[1] // 2 - 1))
+                feeds[s["name"]] = m
+            else:
+                feeds[s["name"]] = rng.integers(*s["range"], shape).astype(np.int64)
+        got = sess.run(None, feeds)[0]
+        with torch.no_grad():
+            want = module(*[torch.from_numpy(feeds[s["name"]]) for s in specs]).numpy()
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+            raise SystemExit(f"{path.name}: ONNX Runtime differs from torch at {at}: "
+                             f"{float(np.abs(got - want).max()):.3g}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="*", help=f"models to export (default all: {', '.join(MODELS)})")
+    p.add_argument("--out", type=Path, default=default_out())
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    man_path = a.out / "manifest.json"
+    entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
+    for name in a.only or list(MODELS):
+        print(f"exporting {name} ...", flush=True)
+        try:
+            entries[name] = export(name, a.out)
+        except Exception as e:  # one model's exporter failure is reported, the others go on
+            print(f"  {name}: not exported ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=sys.stderr)
+            continue
+        man_path.write_text(json.dumps({"models": [entries[k] for k in sorted(entries)]}, indent=1) + "\n")
+        print(f"  {entries[name]['bytes'] / 1e6:.0f} MB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Fused operators as ONNX Runtime's own nodes (domain ``com.microsoft``).
+
+A fused operator reaches the exporter as a call to a private Relax function holding its decomposition
+(`taso_tvm.graph.ops.decompose`, ``composite`` lowering). Its converter here writes the runtime's node; a
+converter returns None where the call has no fused form (a scale that is not a constant, a bias of another shape),
+and the exporter then writes the decomposition, which is always correct. With ``standard_ops`` no converter runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+from onnx import TensorProto
+
+from .context import static_dims
+
+MS = "com.microsoft"
+
+# fused operator name -> convert(ctx, call, attrs, args) -> ONNX value or None
+FusedConverter = Callable[..., Any]
+FUSED_CONVERTERS: Dict[str, FusedConverter] = {}
+
+
+def register_fused(name: str) -> Callable[[FusedConverter], FusedConverter]:
+    def deco(fn: FusedConverter) -> FusedConverter:
+        FUSED_CONVERTERS[name] = fn
+        return fn
+
+    return deco
+
+
+def _const(ctx, name: str) -> Optional[np.ndarray]:
+    """The value of an initializer (None for a computed tensor)."""
+    hit = ctx.initializers.get(name)
+    return None if hit is None else np.asarray(hit[0])
+
+
+def _scalar(ctx, name: str) -> Optional[float]:
+    v = _const(ctx, name)
+    return None if v is None or v.size != 1 else float(v.reshape(-1)[0])
+
+
+def _zero(ctx, name: str) -> bool:
+    v = _const(ctx, name)
+    return v is not None and not np.any(v)
+
+
+def _elem(ctx, name: str) -> int:
+    return ctx.types.get(name, TensorProto.FLOAT)
+
+
+def _attention_bias(ctx, call, mask: str, batch: int, heads: int, sq: int, sk: int) -> Optional[str]:
+    """The mask as the runtime's attention_bias [batch or 1, heads or 1, query, key] ("" for a zero mask)."""
+    if _zero(ctx, mask):
+        return ""
+    dims = static_dims(call.args[4].ty)
+    if dims is None:
+        return None
+    full = [1] * (4 - len(dims)) + list(dims)
+    m = ctx.unsqueeze(mask, range(4 - len(dims))) if len(dims) < 4 else mask  # no dim baked in: any binding
+    if full[2] != sq or full[3] != sk:
+        m = ctx.op("Expand", m, ctx.i64([full[0], full[1], sq, sk]))
+    return m
+
+
+def _guard(ctx, args, out: str) -> Optional[str]:
+    """The NaN guard's fill (input 5), applied to the fused node's output: IsNaN + Where with 0."""
+    if len(args) < 6:
+        return out
+    nan = ctx.op("IsNaN", out)
+    return ctx.op("Where", nan, args[5], out)
+
+
+def _guard_ok(ctx, args) -> bool:
+    return len(args) < 6 or _zero(ctx, args[5])
+
+
+def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: int, k_arg: int) -> Optional[str]:
+    """ORT's attention node `op_type` over `inputs` + its attention_bias, then the NaN guard; None where the call
+    has no such form (a scale that is not a constant, a fill that is not 0, shapes not static)."""
+    s = _scalar(ctx, args[3])
+    qd, kd = static_dims(call.args[q_arg].ty), static_dims(call.args[k_arg].ty)
+    if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
+        return None
+    heads = int(attrs["num_heads"])
+    bias = _attention_bias(ctx, call, args[4], qd[0], heads, qd[1], kd[1])
+    if bias is None:
+        return None
+    out = ctx.node(op_type, inputs + ["", "", bias], domain=MS, out_types=[_elem(ctx, inputs[0])],
+                   num_heads=heads, scale=s)[0]
+    return _guard(ctx, args, out)
+
+
+@register_fused("mha")
+def convert_mha(ctx, call, attrs, args) -> Optional[str]:
+    return _attention_node(ctx, call, attrs, args, "MultiHeadAttention", [args[0], args[1], args[2]], 0, 1)
+
+
+@register_fused("attention")
+def convert_attention(ctx, call, attrs, args) -> Optional[str]:
+    return _attention_node(ctx, call, attrs, args, "Attention", [args[0], args[1], args[2]], 0, 0)
+
+
+@register_fused("skip_layernorm")
+def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
+    x, skip, gamma, beta, bias = (args[i] for i in range(5))
+    inputs = [x, skip, gamma, beta]
+    if not _zero(ctx, bias):
+        h = static_dims(call.args[0].ty)
+        if h is None or static_dims(call.args[4].ty) != h[-1:]:  # a scalar bias: the decomposition
+            return None
+        inputs.append(bias)
+    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)],
+                    epsilon=float(attrs["epsilon"]))[0]
+
+
+@register_fused("bias_gelu")
+def convert_bias_gelu(ctx, call, attrs, args) -> str:
+    return ctx.node("BiasGelu", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])])[0]
+
+
+@register_fused("fast_gelu")
+def convert_fast_gelu(ctx, call, attrs, args) -> str:
+    return ctx.node("FastGelu", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])])[0]
+
+
+GELU_CONSTANTS = (1 / np.sqrt(2.0), 1.0, 0.5)  # r, o, h of erf_gelu that make it GELU
+GELU_RTOL = 1e-6  # float32 rounding of the exporters' constants
+
+
+@register_fused("erf_gelu")
+def convert_erf_gelu(ctx, call, attrs, args) -> Optional[str]:
+    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 3, len(args))]
+    if any(c is None for c in consts) or not np.allclose(consts, GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+        return None
+    x = args[0]
+    if len(args) == 5:
+        b = static_dims(call.args[1].ty)
+        h = static_dims(call.args[0].ty)
+        if b is None or h is None or b != h[-1:]:
+            return None
+        return ctx.node("BiasGelu", [x, args[1]], domain=MS, out_types=[_elem(ctx, x)])[0]
+    return ctx.node("Gelu", [x], domain=MS, out_types=[_elem(ctx, x)])[0]
+
+
+TANH_GELU_CONSTANTS = (np.sqrt(2 / np.pi), 0.044715, 1.0, 0.5)  # k, c, o, h of tanh_gelu that make it FastGelu
+
+
+@register_fused("tanh_gelu")
+def convert_tanh_gelu(ctx, call, attrs, args) -> Optional[str]:
+    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 4, len(args))]
+    if any(c is None for c in consts) or not np.allclose(consts, TANH_GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+        return None
+    inputs = [args[0]]
+    if len(args) == 6:
+        b, h = static_dims(call.args[1].ty), static_dims(call.args[0].ty)
+        if b is None or h is None or b != h[-1:]:
+            return None
+        inputs.append(args[1])
+    return ctx.node("FastGelu", inputs, domain=MS, out_types=[_elem(ctx, args[0])])[0]
+
+
+@register_fused("quick_gelu")
+def convert_quick_gelu(ctx, call, attrs, args) -> Optional[str]:
+    alpha = float(attrs["alpha"]) if len(args) == 1 else _scalar(ctx, args[1])
+    if alpha is None:  # alpha computed at run time: the decomposition
+        return None
+    return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])], alpha=float(alpha))[0]
+
+
+@register_fused("fused_matmul")
+def convert_fused_matmul(ctx, call, attrs, args) -> str:
+    return ctx.node("FusedMatMul", [args[0], args[1]], domain=MS, out_types=[_elem(ctx, args[0])],
+                    transA=int(attrs["trans_a"]), transB=int(attrs["trans_b"]), alpha=float(attrs["alpha"]))[0]
+
+
+__all__ = ["FUSED_CONVERTERS", "register_fused", "MS"]

@@ -1,0 +1,79 @@
+"""Never behind onnxsim: what the preparation folds to the same constant at both bindings of the symbolic dims is
+written folded.
+
+`prepare` folds each working copy with onnxsim; a tensor that the user's nodes compute, that no node of either
+working copy still computes and that is the same constant at both bindings depends on no symbolic dim (a position
+table sliced to a fixed length, a mask constant, a shape built from static dims). The written model takes it as an
+initializer, and the nodes that computed only it go. Everything else stays as the user had it; the driver checks the
+result at both bindings and times it like any rewrite.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .onnx_graph import live_nodes, producers
+from .prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+MAX_FOLDED_BYTES = 64 << 20  # a folded tensor larger than this stays computed (a model should not grow much)
+
+
+def binding_independent_constants(prep: Prepared) -> dict[str, np.ndarray]:
+    """{tensor: value} for the tensors the user's nodes compute that folding turned into the same constant at every
+    binding (only those some kept node reads, i.e. the boundaries of what was folded)."""
+    prod = producers(prep.model.graph)
+    graph_outputs = {o.name for o in prep.model.graph.output}
+    out: dict[str, np.ndarray] = {}
+    for name, value in prep.first.consts.items():
+        p = prod.get(name)
+        if p is None or name in graph_outputs or any(p in f.kept for f in prep.folded):
+            continue  # an initializer of the user's, an output, or still computed at some binding
+        if prep.model.graph.node[p].op_type == "Constant" or value.nbytes > MAX_FOLDED_BYTES:
+            continue
+        same = all(name in f.consts and f.consts[name].shape == value.shape and f.consts[name].dtype == value.dtype
+                   and np.array_equal(f.consts[name], value) for f in prep.folded[1:])
+        if same:
+            out[name] = value
+    return out
+
+
+def fold_into(model: onnx.ModelProto, consts: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, int]:
+    """(a copy of `model` with these tensors as initializers where its nodes compute them, and the nodes that then
+    feed nothing removed; how many nodes went); `model` itself when nothing applies."""
+    g = model.graph
+    produced = {o for n in g.node for o in n.output if o}
+    use = {k: v for k, v in consts.items() if k in produced}
+    if not use:
+        return model, 0
+    out = copy.deepcopy(model)
+    og = out.graph
+    prod = producers(og)
+    for name, value in use.items():
+        node = og.node[prod[name]]
+        node.output[list(node.output).index(name)] = ""  # the node no longer defines it
+        og.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    live_before = live_nodes(g)
+    live_after = live_nodes(og)
+    keep = [n for i, n in enumerate(og.node) if i in live_after or (i not in live_before and any(n.output))]
+    gone = len(og.node) - len(keep)
+    del og.node[:]
+    og.node.extend(keep)
+    defined = {o for n in og.node for o in n.output if o}
+    read = {x for n in og.node for x in n.input} | {o.name for o in og.output}
+    inits = [t for t in og.initializer if t.name in read or t.name not in use]
+    del og.initializer[:]
+    og.initializer.extend(inits)
+    vis = [vi for vi in og.value_info if vi.name in defined]
+    del og.value_info[:]
+    og.value_info.extend(vis)
+    log.info("%d tensor(s) folded to constants, %d node(s) removed", len(use), gone)
+    return out, gone
+
+
+__all__ = ["binding_independent_constants", "fold_into"]

@@ -1,0 +1,60 @@
+"""benchmarks/bench_peers.py: the FLOPs it counts, and one row on the committed tiny BERT (every variant timed in
+one alternating run, each output compared, a tool that cannot handle the model reported in its cell)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_peers  # noqa: E402
+
+
+def test_flops_of_matmul_gemm_and_conv():
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "k")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Gemm", ["y2", "w2"], ["z"], transB=1),
+             helper.make_node("Conv", ["img", "k"], ["c"], pads=[1, 1, 1, 1])]
+    inits.append(numpy_helper.from_array(rng.standard_normal((5, 16)).astype(np.float32), "w2"))
+    g = helper.make_graph(nodes, "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 7, 8]),
+                                       helper.make_tensor_value_info("y2", TensorProto.FLOAT, [3, 16]),
+                                       helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z", "c")], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.zeros((2, 7, 8), np.float32), "y2": np.zeros((3, 16), np.float32),
+             "img": np.zeros((1, 3, 6, 6), np.float32)}
+    want = 2 * (2 * 7 * 16) * 8 + 2 * (3 * 5) * 16 + 2 * (1 * 4 * 6 * 6) * (3 * 3 * 3)
+    assert bench_peers.matmul_flops(m, feeds) == want
+
+
+def test_one_row_on_the_committed_bert(tmp_path):
+    (model,) = [m for m in bench_peers.manifest_models(ROOT / "tests" / "data" / "real_models") if m.name == "bert"]
+    cells = {c.variant: c for c in bench_peers.bench(model, 16, tmp_path, time_cap=3, guard_cap=2, peak=100.0)}
+    assert set(cells) == set(bench_peers.VARIANTS)
+    assert cells["original"].ok and cells["original"].ratio == 1.0 and cells["original"].median_ms > 0
+    for v in ("onnxsim", "ort-opt", "taso", "ort-opt+taso"):  # each ran, loads, equals the original, was timed
+        assert cells[v].ok, (v, cells[v].note)
+        assert cells[v].median_ms > 0 and cells[v].tool_seconds > 0
+    assert "Attention" in cells["taso"].fused or "MultiHeadAttention" in cells["taso"].fused or \
+        cells["taso"].note.startswith("original")  # fused, unless the guard timed it no faster here
+    md = bench_peers.markdown([{"model": "bert", "seq": 16, "gflop": 0.1,
+                                "cells": [bench_peers.asdict(c) for c in cells.values()]}], 100.0)
+    assert "| bert | 16 |" in md and "vs best peer" in md
+
+
+def test_a_tool_that_fails_is_a_cell_not_a_crash(tmp_path):
+    """ORT's transformer optimizer has nothing to do with a gated MLP: its cell says so, the others are timed."""
+    (model,) = [m for m in bench_peers.manifest_models(ROOT / "tests" / "data" / "real_models")
+                if m.name == "gated_mlp"]
+    cells = {c.variant: c for c in bench_peers.bench(model, model.seqs[0], tmp_path, time_cap=2, guard_cap=1,
+                                                     peak=100.0)}
+    assert not cells["ort-opt"].ok and "not a transformer" in cells["ort-opt"].note
+    assert not cells["ort-opt+taso"].ok
+    assert cells["original"].ok and cells["taso"].ok and cells["taso"].median_ms > 0
