@@ -323,7 +323,10 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--guard-cap", type=float, default=20.0, help="taso-tvm's own never-slower timing cap")
     p.add_argument("--md", type=Path, default=ROOT / "benchmarks" / "results" / "peers.md")
     p.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
-    p.add_argument("--append", action="store_true", help="add the rows to those already in --json")
+    p.add_argument("--append", action="store_true", help="add the rows to those already in --json (replacing rows of the same model and sequence length)")
+    p.add_argument("--models-dir", type=Path, action="append", default=[],
+                   help="more model folders with a manifest.json in make_peer_models.py's format (e.g. the paddle "
+                        "encoders of benchmarks/peers/paddle_encoder.py); their models join the peers' set")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
@@ -332,6 +335,8 @@ def main(argv: Optional[list] = None) -> int:
         if a.set in ("peers", "all"):
             models += manifest_models(Path(os.environ.get("TASO_TVM_PEER_MODELS",
                                                           Path.home() / ".cache" / "taso_tvm" / "peer_models")))
+            for folder in a.models_dir:
+                models += manifest_models(folder)
         if a.set in ("real", "all"):
             models += manifest_models(ROOT / "tests" / "data" / "real_models")
         if a.set in ("zoo", "all"):
@@ -347,6 +352,7 @@ def main(argv: Optional[list] = None) -> int:
             for seq in (a.seq or m.seqs):
                 cells = bench(m, seq, work, a.time_cap, a.guard_cap, peak)
                 feeds = m.feeds(seq)
+                rows = [r for r in rows if (r["model"], r["seq"]) != (m.name, seq)]  # a re-run supersedes a row
                 rows.append({"model": m.name, "seq": seq, "gflop": matmul_flops(onnx.load(str(m.path)), feeds) / 1e9,
                              "cells": [asdict(c) for c in cells]})
                 a.md.parent.mkdir(parents=True, exist_ok=True)

@@ -132,11 +132,11 @@ def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float = D
 
 
 # ----------------------------------------------------------------------------------------- inputs
-def random_array(shape: Sequence[int], dtype: Any, rng: np.random.Generator) -> np.ndarray:
-    """Standard-normal floats, integers in [0, INT_HIGH), random bools."""
+def random_array(shape: Sequence[int], dtype: Any, rng: np.random.Generator, binary: bool = False) -> np.ndarray:
+    """Standard-normal floats, integers in [0, INT_HIGH) (0 or 1 with `binary`), random bools."""
     dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
+    if dtype == np.bool_ or (binary and np.issubdtype(dtype, np.integer)):
+        return rng.integers(0, 2, shape).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
@@ -160,7 +160,8 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
 
     dims: {dim_param: int} values of symbolic dims and/or {input name: shape} whole shapes; `shapes`: more
     {input name: shape} (the CLI's --input-shapes); a dim none of them fixes is `default_dim`.
-    Floats are standard normal, integers in [0, INT_HIGH), bools random.
+    Floats are standard normal, integers in [0, INT_HIGH), bools random; integer inputs named like a mask
+    (`attention_mask`, `input_mask`, ...) 0 or 1, the values a padding mask holds.
     """
     from onnx import helper
 
@@ -192,7 +193,7 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
         except (KeyError, ValueError):
             raise CheckError(f"input '{vi.name}' has an element type ({tt.elem_type}) we cannot make") from None
         try:
-            feeds[vi.name] = random_array(shape, dtype, rng)
+            feeds[vi.name] = random_array(shape, dtype, rng, binary="mask" in vi.name.lower())
         except CheckError as e:
             raise CheckError(f"input '{vi.name}': {e}") from None
     return feeds

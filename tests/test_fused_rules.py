@@ -156,6 +156,24 @@ def test_gpt2_attention_and_tanh_gelu_fuse():
         check_onnx(model, out, [feeds_at(model, make_binding(model, {"input_ids": shape}), seed=3)])
 
 
+def test_paddle_attention_fuses():
+    """paddle2onnx's form (benchmarks/peers/paddle_encoder.py, tiny, opset 17): the query scale written as x * s + 0
+    (paddle's `scale` op; the + 0 lifts as x) and a [B, 1, 1, S] mask, expanded along the query axis to the run-time
+    length in the written Attention: equal at bindings the optimizer did not check."""
+    from taso_tvm.check import check_onnx
+    from taso_tvm.onnx_opt import optimize_onnx
+    from taso_tvm.onnx_opt.driver import feeds_at
+    from taso_tvm.onnx_opt.prepare import make_binding
+
+    model = onnx.load(str(DATA / "paddle_encoder_tiny.onnx"))
+    out, report = optimize_onnx(model, time_check=False)
+    fused = _fused(out)
+    assert fused.count("Attention") == 2 and fused.count("BiasGelu") == 2, (fused, report.decision)
+    for shape in ([1, 20], [2, 33]):
+        binding = make_binding(model, {"input_ids": shape, "attention_mask": shape})
+        check_onnx(model, out, [feeds_at(model, binding, seed=5)])
+
+
 def test_tanh_gelu_with_a_square_for_the_cube_is_not_verified(axioms, tmp_path):
     f = tmp_path / "gelu.yaml"
     f.write_text("""

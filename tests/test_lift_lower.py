@@ -154,3 +154,27 @@ def test_light_model_round_trip(path):
     feeds = zoo.random_inputs(model)
     out = rewrite_module(load_onnx(model))
     assert_close(tvm_run(out, feeds), ort_run(model, feeds), rtol=1e-4)
+
+
+@pytest.mark.parametrize("zero_shape, op, left, removed", [
+    ((), "add", False, True), ((4,), "add", True, True), ((1, 1, 4), "add", False, False),  # the last broadcasts x
+    ((), "subtract", False, True), ((), "subtract", True, False)])  # 0 - x is not x
+def test_adding_a_zero_constant_lifts_as_its_other_operand(zero_shape, op, left, removed):
+    """paddle2onnx writes `scale` as x * s + 0: the lift takes x + 0 (and x - 0) as x where the zero does not
+    broadcast x to a larger shape; the round trip still computes the same."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    zero = relax.const(np.zeros(zero_shape, np.float32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = bb.emit(relax.op.multiply(x, relax.const(_w(4))))
+            a, b = (zero, m) if left else (m, zero)
+            y = bb.emit_output(relax.op.nn.relu(getattr(relax.op, op)(a, b)))
+        bb.emit_func_output(y)
+    func = bb.get()["main"]
+    (block,) = lift_function(func)
+    ops = [n.op for n in block.graph.ops()]
+    assert (ops == ["mul", "relu"]) == removed, ops
+    mod = tvm.IRModule({"main": func})
+    feed = _w(2, 4)
+    assert_close(tvm_run(rewrite_module(mod), [feed]), tvm_run(mod, [feed]))

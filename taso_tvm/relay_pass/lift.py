@@ -3,6 +3,9 @@
 Every binding whose operator the registry knows becomes a node; anything else (an unknown operator, a call on
 symbolic shapes, a tuple the registry cannot see through) becomes an *opaque* node that keeps the original
 expression, so lowering can put it back unchanged: nothing is ever dropped.
+
+One identity is applied while lifting, as TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
+constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0).
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 from tvm import relax
 from tvm.ir import GenericConst
 
@@ -117,6 +121,10 @@ class _Lifter:
             return False
         if any(not self.store.type(r).is_static or self.store.type(r).dtype == "opaque" for r in refs):
             return False
+        same = _adds_zero(opdef.name, args, refs, self.store, _static_type(var.ty))
+        if same is not None:
+            self.env[var] = same
+            return True
         try:
             node = self.store.make(opdef.name, refs, attrs)
         except GraphError as e:
@@ -176,6 +184,20 @@ class _Lifter:
                 output_vars.append(var)
         graph = TensorGraph(self.store, outputs)
         return LiftedBlock(graph, self.inputs, output_vars, self.opaque_inputs)
+
+
+def _adds_zero(op: str, args: list, refs: list, store: NodeStore, want: Optional[TensorType]) -> Optional[tuple]:
+    """The operand an add (either side) or a subtract (right side) of a zero constant leaves unchanged, when the
+    result has that operand's type; else None."""
+    if op not in ("add", "sub") or len(args) != 2 or want is None:
+        return None
+    for zero, other in ((1, 0), (0, 1)) if op == "add" else ((1, 0),):
+        value = getattr(args[zero], "value", None) if isinstance(args[zero], GenericConst) else None
+        if value is not None and store.type(refs[other]) == want:
+            arr = value.numpy()
+            if arr.size and not np.any(arr):
+                return refs[other]
+    return None
 
 
 def lift_block(block: relax.DataflowBlock, store: Optional[NodeStore] = None) -> LiftedBlock:

@@ -49,8 +49,9 @@ def _elem(ctx, name: str) -> int:
     return ctx.types.get(name, TensorProto.FLOAT)
 
 
-def _attention_bias(ctx, call, mask: str, batch: int, heads: int, sq: int, sk: int) -> Optional[str]:
-    """The mask as the runtime's attention_bias [batch or 1, heads or 1, query, key] ("" for a zero mask)."""
+def _attention_bias(ctx, call, mask: str, query: str, key: str, sq: int, sk: int) -> Optional[str]:
+    """The mask as the runtime's attention_bias [batch or 1, heads or 1, query, key] ("" for a zero mask); a mask
+    broadcast along the query or key axis is expanded to the lengths of `query` / `key` at run time (any binding)."""
     if _zero(ctx, mask):
         return ""
     dims = static_dims(call.args[4].ty)
@@ -59,7 +60,9 @@ def _attention_bias(ctx, call, mask: str, batch: int, heads: int, sq: int, sk: i
     full = [1] * (4 - len(dims)) + list(dims)
     m = ctx.unsqueeze(mask, range(4 - len(dims))) if len(dims) < 4 else mask  # no dim baked in: any binding
     if full[2] != sq or full[3] != sk:
-        m = ctx.op("Expand", m, ctx.i64([full[0], full[1], sq, sk]))
+        lengths = [ctx.dim_of(query, 1) if full[2] != sq else ctx.i64([1]),
+                   ctx.dim_of(key, 1) if full[3] != sk else ctx.i64([1])]
+        m = ctx.op("Expand", m, ctx.concat([ctx.i64([1, 1])] + lengths, 0))
     return m
 
 
@@ -83,7 +86,7 @@ def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: i
     if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
         return None
     heads = int(attrs["num_heads"])
-    bias = _attention_bias(ctx, call, args[4], qd[0], heads, qd[1], kd[1])
+    bias = _attention_bias(ctx, call, args[4], args[q_arg], args[k_arg], qd[1], kd[1])
     if bias is None:
         return None
     out = ctx.node(op_type, inputs + ["", "", bias], domain=MS, out_types=[_elem(ctx, inputs[0])],
