@@ -64,6 +64,14 @@ def axioms():
     return verified_axioms()
 
 
+def _verdict(text: str, axioms, tmp_path) -> str:
+    """The verifier's status for the one rule written in `text` (YAML)."""
+    f = tmp_path / "rule.yaml"
+    f.write_text(text)
+    (rule,) = read_rule_files([str(f)])
+    return verify_rule(rule, axioms).status
+
+
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_attention_rule_verifies_only_when_right(case, axioms, tmp_path):
     text, want = WRONG[case]
@@ -83,8 +91,7 @@ def test_attention_rule_verifies_only_when_right(case, axioms, tmp_path):
 
 def test_dropping_the_nan_guard_is_not_verified(axioms, tmp_path):
     """where(isnan(p), 0, p) differs from p in IEEE arithmetic (a fully masked row): no rule may drop it."""
-    f = tmp_path / "drop.yaml"
-    f.write_text("""
+    assert _verdict("""
 - name: drop_guard
   source:
     p: softmax(x, axis=-1)
@@ -93,14 +100,11 @@ def test_dropping_the_nan_guard_is_not_verified(axioms, tmp_path):
     g: softmax(x, axis=-1)
   where: [weight(z), numel(z) == 1]
   verify: {shapes: {x: [A, B], z: []}}
-""")
-    (rule,) = read_rule_files([str(f)])
-    assert verify_rule(rule, axioms).status != "verified"
+""", axioms, tmp_path) != "verified"
 
 
 def test_packing_projections_in_the_wrong_order_is_refuted(axioms, tmp_path):
-    f = tmp_path / "pack.yaml"
-    f.write_text("""
+    assert _verdict("""
 - name: pack_swapped
   source:
     o: mha(add(matmul(x, wq), bq), add(matmul(x, wk), bk), add(matmul(x, wv), bv), c, m, num_heads=n)
@@ -111,9 +115,7 @@ def test_packing_projections_in_the_wrong_order_is_refuted(axioms, tmp_path):
     shapes: {x: [B, S, H], wq: [H, E], wk: [H, E], wv: [H, E], bq: [E], bk: [E], bv: [E], c: [], m: [B, 1, 1, S]}
     dims: {B: [1], S: [2], H: [2], E: [2]}
     attrs: {n: [1]}
-""")
-    (rule,) = read_rule_files([str(f)])
-    assert verify_rule(rule, axioms).status == "refuted"
+""", axioms, tmp_path) == "refuted"
 
 
 def _fused(model: onnx.ModelProto) -> list[str]:
@@ -175,15 +177,12 @@ def test_paddle_attention_fuses():
 
 
 def test_tanh_gelu_with_a_square_for_the_cube_is_not_verified(axioms, tmp_path):
-    f = tmp_path / "gelu.yaml"
-    f.write_text("""
+    assert _verdict("""
 - name: tanh_gelu_square
   source: {y: "mul(mul(x, add(tanh(mul(add(x, mul(mul(x, x), c)), k)), o)), h)"}
   target: {y: "tanh_gelu(x, k, c, o, h)"}
   verify: {shapes: {x: [A, B], k: [], c: [], o: [], h: []}}
-""")
-    (rule,) = read_rule_files([str(f)])
-    assert verify_rule(rule, axioms).status != "verified"
+""", axioms, tmp_path) != "verified"
 
 
 def test_standard_ops_output_has_only_the_default_domain(tmp_path):
@@ -253,12 +252,9 @@ def test_swish_and_quick_gelu_rewrite_into_quick_gelu(alpha):
 
 
 def test_quick_gelu_with_the_wrong_alpha_is_not_verified(axioms, tmp_path):
-    f = tmp_path / "silu.yaml"
-    f.write_text("""
+    assert _verdict("""
 - name: silu_wrong
   source: {y: "mul(x, sigmoid(x))"}
   target: {y: "quick_gelu(x, alpha=1.702)"}
   verify: {shapes: {x: [A, B]}}
-""")
-    (rule,) = read_rule_files([str(f)])
-    assert verify_rule(rule, axioms).status != "verified"
+""", axioms, tmp_path) != "verified"

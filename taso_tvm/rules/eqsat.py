@@ -24,11 +24,10 @@ from typing import Iterable, Optional
 
 from ..graph import GraphError, TensorGraph
 from ..graph.tensor_graph import NodeStore
-from ..graph.types import freeze
 from . import expr as E, op_facets
 from .language import Rule
 from .matcher import (Match, MatchEnv, _bind_attrs, _compiled, _conjuncts, _const_equal,
-                      _required_ranks, build_target, graph_index)
+                      _required_ranks, build_target, constraints_hold, graph_index)
 
 log = logging.getLogger(__name__)
 
@@ -120,19 +119,7 @@ class PatternRewrite:
         for name, ref in rule.src_names.items():
             named[name] = outputs[ref.node][ref.out]
         m = Match(rule, {}, named, dict(st.attrs), dict(st.splats))
-        env = MatchEnv(m, index)
-        try:
-            for p_idx, k, fn in comp.deferred:
-                want = fn(env)
-                node = _AttrView(attrs[p_idx])
-                if not _const_equal(rule.source[p_idx].op, comp.axis_attr[p_idx], k, freeze(want), node,
-                                    in_types[p_idx]):
-                    return None
-            for fn in comp.where:
-                if not fn(env):
-                    return None
-        except E.ExprError as err:
-            log.debug("rule %s: constraint not evaluable on a match: %s", rule.name, err)
+        if not constraints_hold(comp, MatchEnv(m, index), lambda i: (_AttrView(attrs[i]), in_types[i])):
             return None
         try:
             return build_target(rule, TensorGraph(store, ()), m, index)

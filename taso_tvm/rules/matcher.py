@@ -12,7 +12,7 @@ import itertools
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -500,23 +500,31 @@ def _complete(comp: _Compiled, st: _State, index: GraphIndex, check_interior: bo
     for name, ref in rule.src_names.items():
         tensors[name] = (st.nodes[ref.node], ref.out)
     m = Match(rule, dict(st.nodes), tensors, dict(st.attrs), dict(st.splats))
-    env = MatchEnv(m, index)
-    try:
-        for p_idx, k, fn in comp.deferred:
-            node = index.nodes[st.nodes[p_idx]]
-            in_types = [index.type(r) for r in node.inputs]
-            want = freeze(fn(env))
-            if not _const_equal(rule.source[p_idx].op, comp.axis_attr[p_idx], k, want, node, in_types):
-                return None
-        for fn in comp.where:
-            if not fn(env):
-                return None
-    except E.ExprError as err:
-        log.debug("rule %s: constraint not evaluable on a match: %s", rule.name, err)
+
+    def bound(p_idx: int) -> tuple:
+        node = index.nodes[st.nodes[p_idx]]
+        return node, [index.type(r) for r in node.inputs]
+
+    if not constraints_hold(comp, MatchEnv(m, index), bound):
         return None
     if check_interior and not _removable(comp, m, index):
         return None
     return m
+
+
+def constraints_hold(comp: _Compiled, env: MatchEnv, bound: Callable[[int], tuple]) -> bool:
+    """The attributes computed from other bindings and the `where` clause, on a match; `bound(i)`: the node bound
+    to pattern node i (its `attrs`) and its input types. A constraint that cannot be evaluated there fails."""
+    rule = comp.rule
+    try:
+        for p_idx, k, fn in comp.deferred:
+            node, in_types = bound(p_idx)
+            if not _const_equal(rule.source[p_idx].op, comp.axis_attr[p_idx], k, freeze(fn(env)), node, in_types):
+                return False
+        return all(fn(env) for fn in comp.where)
+    except E.ExprError as err:
+        log.debug("rule %s: constraint not evaluable on a match: %s", rule.name, err)
+        return False
 
 
 def _removable(comp: _Compiled, m: Match, index: GraphIndex) -> bool:
