@@ -60,6 +60,11 @@ SLOW = {
     "tests/test_lift_lower.py::test_zoo_round_trip[nasrnn]",
     "tests/test_rules_generate.py::test_units_give_every_graph_once_in_run_order",
     "tests/test_cost_tvm.py::test_a_build_worker_that_dies_fails_no_kernel",  # the interrupt tests' workers stay
+    # nasrnn's case stays
+    "tests/test_egraph_search.py::test_pass_with_the_egraph_computes_the_original_in_ort[squeezenet-kwargs0]",
+    "tests/test_bench_peers.py::test_one_row_on_the_committed_bert",  # the failing-tool row stays
+    "tests/test_fused_rules.py::test_standard_ops_output_has_only_the_default_domain",  # test_fused_ops' stay
+    "tests/test_external_data.py::test_optimize_into_the_models_own_folder",  # ..._into_another_folder stays
 }
 
 
