@@ -129,3 +129,28 @@ def test_cli_optimize_with_the_egraph_search(tmp_path):
     feeds = zoo.random_inputs(model)
     assert_close(ort_run(out, feeds), ort_run(model, feeds), rtol=1e-3, atol=1e-4)
     assert len(out.graph.node) < len(model.graph.node)
+
+
+def test_rules_over_the_pattern_limit_run_by_backtracking_over_the_extraction(library):
+    """A rule with more source operators than `max_pattern_nodes` (egglog's join of such queries stalls on BERT) is
+    left out of the e-graph and still applies: the backtracking search over the extracted graph runs it. (Costed
+    by operator count: the analytic model prices the GELU chain fused into one kernel either way.)"""
+    s = NodeStore()
+    x = s.input("x", TensorType((8, 64)))
+    w = s.weight(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+    (h,) = s.add("matmul", [x, w])
+    c = {v: s.weight(np.array(v, np.float32)) for v in (0.044715, np.sqrt(2 / np.pi), 1.0, 0.5)}
+    (cube,) = s.add("mul", [s.add("mul", [h, s.add("mul", [h, h])[0]])[0], c[0.044715]])
+    (t,) = s.add("tanh", [s.add("mul", [s.add("add", [h, cube])[0], c[np.sqrt(2 / np.pi)]])[0]])
+    (y,) = s.add("mul", [s.add("mul", [h, s.add("add", [t, c[1.0]])[0]])[0], c[0.5]])
+    g = TensorGraph(s, [y])
+    rules = RuleSet([library["fuse_tanh_gelu"]])  # 9 source operators
+    def ops(graph: TensorGraph) -> float:
+        return float(graph.num_runtime_ops)
+
+    for limit, in_egraph in ((10, True), (5, False)):
+        best, st = egraph_search(g, rules, ops, EGraphConfig(max_pattern_nodes=limit))
+        assert [n.op for n in best.ops()] == ["matmul", "tanh_gelu"], limit
+        assert (st.egraph.rewrites == 1) == in_egraph
+        feeds = {"x": np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)}
+        assert_close(best.evaluate(feeds)[0], g.evaluate(feeds)[0], rtol=1e-5)

@@ -49,7 +49,8 @@ class RegionResult:
 
 def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     """The region's nodes (as folded at the first binding) with their data inputs (and the values folded from a
-    symbolic dim that they read as data) as graph inputs, their other constants as initializers and, as outputs, the tensors read outside the region or by the graph's outputs."""
+    symbolic dim that they read as data) as graph inputs, their other constants as initializers and, as outputs,
+    the tensors read outside the region or by the graph's outputs."""
     f = prep.first
     graph = prep.model.graph
     members = set(region.nodes)

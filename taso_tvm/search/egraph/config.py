@@ -29,7 +29,10 @@ class EGraphConfig:
     to a kernel fused with its producer (see `costs.py`) instead of as a kernel of its own; `refine_time`: seconds
     of local search over the extracted graph under the cost model itself (`extract.refine`; 0: none), at most as
     long as the search before it took; `ilp_cycles`: `order` (Tensat's ordering constraints) or `lazy` (cycles
-    cut as the solver meets them; the same optimum, faster where few cycles are chosen: `extract.ilp`)."""
+    cut as the solver meets them; the same optimum, faster where few cycles are chosen: `extract.ilp`);
+    `max_pattern_nodes`: rules whose source has more operators than this (the attention fusions, 11-20) are left to
+    the backtracking search over the extracted graph: egglog's join of such queries stalls saturation (on BERT, one
+    round in 30 s)."""
 
     node_limit: int = 20000
     iter_limit: int = 12
@@ -40,6 +43,7 @@ class EGraphConfig:
     fusion_costs: bool = True
     refine_time: float = 2.0
     ilp_cycles: str = "lazy"
+    max_pattern_nodes: int = 10
 
     def validate(self) -> "EGraphConfig":
         """Raise ValueError naming the first setting out of its range."""
@@ -55,6 +59,8 @@ class EGraphConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError(f"e-graph {name.replace('_', ' ')} must be a positive number of seconds, got {v!r}")
+        if not (isinstance(self.max_pattern_nodes, int) and self.max_pattern_nodes > 0):
+            raise ValueError(f"e-graph max pattern nodes must be a positive integer, got {self.max_pattern_nodes!r}")
         if self.ilp_cycles not in ("order", "lazy"):
             raise ValueError(f"e-graph ILP cycles must be order or lazy, got {self.ilp_cycles!r}")
         if self.extraction not in EXTRACTIONS:
