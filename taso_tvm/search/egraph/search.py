@@ -84,15 +84,15 @@ def egraph_search(graph: TensorGraph, rules: Any, cost: Callable, config: Option
 
     Returns the best graph (the input itself when nothing extracted is cheaper by `cost`) and statistics whose
     `egraph` field is an `EGraphReport`. Rules that cannot be e-graph rewrites run afterwards as a backtracking search
-    over the extracted graph; where some rules have more source operators than `max_pattern_nodes`, that search
-    runs every rule."""
+    over the extracted graph; on a graph larger than `small_graph`, rules with more source operators than
+    `max_pattern_nodes` are left to that search too, which then runs every rule."""
     _require_libraries()
     cfg = (config or EGraphConfig()).validate()
     if deadline is not None:
         cfg = cfg.with_deadline(deadline - time.monotonic())
     t0 = time.monotonic()
     rewrites, others = rules.pattern_rewrites()
-    if any(len(r.nodes) > cfg.max_pattern_nodes for r in rewrites):
+    if graph.num_ops > cfg.small_graph and any(len(r.nodes) > cfg.max_pattern_nodes for r in rewrites):
         # the large rules are left to a backtracking search over the extracted graph, with every rule (the
         # normalizing steps they need may not be in the extracted graph: they cost nothing by themselves)
         rewrites = [r for r in rewrites if len(r.nodes) <= cfg.max_pattern_nodes]
