@@ -40,18 +40,19 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from ..graph import GraphError, TensorGraph
-from ..graph.tensor_graph import CycleError
+from ...graph import GraphError, TensorGraph
+from ...graph.tensor_graph import CycleError
 from .instances import Instance, NoInstance, content_seed, numpy_check, plan_instances, sweep_instances
-from .language import Rule, parse_rules
-from .matcher import TypeMismatch, build_target
+from ..language.rule import Rule
+from ..language.compile import parse_rules
+from ..matching.rewrite import TypeMismatch, build_target
 from .poly import Ring, Z3Converter, lift_array
 from .solver_process import check_smt2
 
 log = logging.getLogger(__name__)
 
 VERIFIER_VERSION = "taso-tvm-verify-7"  # bump when a change can alter a verdict
-LIBRARY_DIR = Path(__file__).parent / "library"
+LIBRARY_DIR = Path(__file__).parent.parent / "library"
 AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
 SWEEP_TRIES = 32  # assignments the refutation sweep tries (`_sweep`)
@@ -143,8 +144,8 @@ def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict, r
 
     With `ring`, the values are exact polynomials of that ring (`poly.py`): constants and every operator's outputs
     are lifted into it (TypeError / ValueError where an element is not a polynomial or a finite number)."""
-    from ..graph.ops.elementwise import z3_val
-    from ..graph.tensor_graph import weight_array
+    from ...graph.ops.elementwise import z3_val
+    from ...graph.tensor_graph import weight_array
 
     conv = z3_val if ring is None else ring.lift
 
@@ -284,8 +285,8 @@ def _check_facts(inst: Instance) -> None:
     """The rule's facts hold at the instance (else a `_Verdict`: refuted, or unknown when one is not evaluable)."""
     if not inst.rule.facts:
         return
-    from . import expr as E
-    from .matcher import MatchEnv, graph_index
+    from ..language import expr as E
+    from ..matching.matcher import MatchEnv, graph_index
 
     env = MatchEnv(inst.match, graph_index(inst.graph))
     for f in inst.rule.facts:
@@ -367,7 +368,7 @@ def _simplify_equal(x: Any, y: Any) -> bool:
 def _residual(inst: Instance, src: list, dst: list) -> list:
     """[(output, index, source element, target element)] for the elements that polynomial normalisation does not
     prove equal (a refuting `_Verdict` when an output's shape differs)."""
-    from ..graph.ops.elementwise import z3_val
+    from ...graph.ops.elementwise import z3_val
 
     residual = []
     for o, (a, b) in enumerate(zip(src, dst)):
@@ -675,7 +676,7 @@ class Cache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             disk = self._read()
             disk.setdefault("results", {}).update({k: v.to_dict() for k, v in items.items()})
-            from ..fileio import atomic_write_text
+            from ...fileio import atomic_write_text
 
             atomic_write_text(str(self.path), json.dumps(disk))  # a temporary file renamed into place
             self.data = disk

@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .check import CheckError, CheckFailed, check_tolerances, compare, random_feeds, run_onnx
-from . import errors as _errors
+from ..runtime.check import CheckError, CheckFailed, check_tolerances, compare, random_feeds, run_onnx
+from .. import errors as _errors
 
 log = logging.getLogger("taso_tvm")
 
@@ -24,13 +24,13 @@ class CLIError(_errors.SettingsError):
 # ----------------------------------------------------------------------------------------- settings
 def search_settings(args: argparse.Namespace) -> dict:
     """TasoOptimize keyword arguments from --config and the search flags (flags win)."""
-    from .relay_pass.settings import SettingsError, resolve_settings
-    from .search import SearchConfig
+    from ..relay_pass.settings import SettingsError, resolve_settings
+    from ..search import SearchConfig
 
     rules = None
     if getattr(args, "rules", None):  # added to the library (a settings file's `rules:` list may replace it)
-        from .relay_pass.settings import load_named_rules, rule_paths
-        from .rules.ruleset import LIBRARY_ENTRY
+        from ..relay_pass.settings import load_named_rules, rule_paths
+        from ..rules.ruleset import LIBRARY_ENTRY
 
         rules = load_named_rules(rule_paths([LIBRARY_ENTRY] + list(args.rules)))
     try:
@@ -49,8 +49,8 @@ def parse_target(text: Optional[str]) -> Any:
     """llvm, cuda (sm_90 by default) or a JSON target dict -> tvm.target.Target (the cost model's parser)."""
     import tvm
 
-    from .cost.config import CostConfigError
-    from .cost.config import parse_target as target_dict
+    from ..cost.config import CostConfigError
+    from ..cost.config import parse_target as target_dict
 
     try:
         spec = target_dict(text or "llvm")
@@ -58,7 +58,7 @@ def parse_target(text: Optional[str]) -> Any:
         raise CLIError(str(e)) from None
     host = spec.pop("host", None)
     if spec["kind"] == "llvm":
-        from .schedule import with_host_cpu
+        from ..schedule import with_host_cpu
 
         spec = with_host_cpu(spec)  # a bare llvm target would get generic x86-64 code: build for this CPU
     if spec["kind"] == "cuda":
@@ -78,7 +78,7 @@ def ort_outputs(model: Any, feeds: dict) -> list:
 
 # ----------------------------------------------------------------------------------------- commands
 def _optimize_module(mod: Any, settings: dict) -> tuple[Any, Any]:
-    from .relay_pass.taso_pass import TasoOptimize
+    from ..relay_pass.taso_pass import TasoOptimize
 
     p = TasoOptimize(**settings)
     return p(mod), p.report
@@ -107,7 +107,7 @@ def _summary(report: Any, out: str, seconds: float) -> str:
 
 
 def _writable(*paths: Optional[str]) -> None:
-    from .fileio import writable_target
+    from ..fileio import writable_target
 
     for path in paths:
         if path:
@@ -120,8 +120,8 @@ def save_model(model: Any, path: str, external_data: str = "auto", source: Any =
     """Write an ONNX model atomically (temporary files renamed into place), its weights in one data file beside
     it (PATH.data) as `external_data` says (auto: when `source`, the model read, had external data, or the
     model is over 1.8 GB)."""
-    from .onnx_io.weights import has_data_files, save
-    from .progress import Progress, phase
+    from ..onnx_io.weights import has_data_files, save
+    from ..progress import Progress, phase
 
     with phase("writing"), Progress(len(model.graph.initializer), "writing weights", unit="tensors") as p:
         save(model, path, external_data, source is not None and has_data_files(source), progress=p)
@@ -130,9 +130,9 @@ def save_model(model: Any, path: str, external_data: str = "auto", source: Any =
 def read_model(path: str, keep_invalid: bool = False) -> tuple[Any, str]:
     """(the model, '') or, with `keep_invalid`, (the model, why ONNX's checker refuses it); a model the checker
     refuses is bad input otherwise (exit 2, one line)."""
-    from .onnx_io import ModelLoadError, read_onnx
-    from .onnx_io.sanity import checker_problem
-    from .progress import phase
+    from ..onnx_io import ModelLoadError, read_onnx
+    from ..onnx_io.sanity import checker_problem
+    from ..progress import phase
 
     with phase("reading"):
         proto, label = read_onnx(path)
@@ -193,7 +193,7 @@ def _tolerances(args: argparse.Namespace) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from .onnx_io import parse_shapes
+    from ..onnx_io import parse_shapes
 
     t0 = time.monotonic()
     _writable(args.output, args.report)
@@ -207,8 +207,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         return 0
     if args.no_search:
         return _convert(proto, shapes, args)
-    from .onnx_opt import PrepareError, optimize_onnx
-    from .relay_pass.settings import search_scope
+    from ..onnx_opt import PrepareError, optimize_onnx
+    from ..relay_pass.settings import search_scope
 
     search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
     search["target"] = settings.get("target")
@@ -241,8 +241,8 @@ def _read_inputs(path: str) -> dict:
 
 def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> int:
     """`optimize --no-search`: import into Relax and export back (the convert tool)."""
-    from .api import export_onnx
-    from .onnx_io import load_onnx
+    from ..api import export_onnx
+    from ..onnx_io import load_onnx
 
     out_model = export_onnx(load_onnx(proto, shapes=shapes), like=proto)
     if not args.no_check:
@@ -255,7 +255,7 @@ def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> in
 
 
 def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: float) -> None:
-    from .fileio import atomic_write_text
+    from ..fileio import atomic_write_text
 
     t = report.timing
     data = {"model": args.model, "output": args.output, "decision": report.decision, "nodes": report.nodes,
@@ -280,8 +280,8 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
 def _import_for_tvm(proto: Any, shapes: Optional[dict]) -> Any:
     """load_onnx; if TVM's frontend refuses the file and its shapes are bound (static, or --input-shapes), fold
     the shape arithmetic with onnxsim at those shapes and import that instead."""
-    from .onnx_io import ModelLoadError, load_onnx
-    from .onnx_opt.prepare import fold_at, make_binding, symbolic_dims
+    from ..onnx_io import ModelLoadError, load_onnx
+    from ..onnx_opt.prepare import fold_at, make_binding, symbolic_dims
 
     try:
         return load_onnx(proto, shapes=shapes)
@@ -316,7 +316,7 @@ def _export_library(ex: Any, path: str) -> None:
 
 def set_num_threads(n: int) -> int:
     """Set the TVM runtime's thread count (0: TVM's choice); the count in use, for the report."""
-    from .schedule import set_num_threads as _set
+    from ..schedule import set_num_threads as _set
 
     return _set(n or None)
 
@@ -325,8 +325,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import tvm
     from tvm import relax
 
-    from .onnx_io import parse_shapes
-    from .onnx_io.weights import inline
+    from ..onnx_io import parse_shapes
+    from ..onnx_io.weights import inline
 
     t0 = time.monotonic()
     _writable(args.output)
@@ -349,7 +349,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         new_mod = mod
     pipeline = build_pipeline(target, args.no_schedule)
     if target.kind.name == "cuda":  # kernels compiled now (cubins): the GPU machine needs only its driver
-        from .cuda_build import enable_cuda_codegen
+        from ..runtime.cuda_build import enable_cuda_codegen
 
         enable_cuda_codegen()
     with target:  # nvcc takes the architecture from the current target when there is no GPU to ask
@@ -364,7 +364,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(ref, feeds), args.rtol,
                     args.atol)
         if not args.no_time_check:
-            from .timing import compare_tvm
+            from ..runtime.timing import compare_tvm
 
             timing = compare_tvm(ref, ex, feeds, time_cap=args.time_cap)
             if timing.verdict != "faster":
@@ -396,7 +396,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def _check_tune_args(args: argparse.Namespace, target: Any) -> None:
     """--tune's settings, checked before any work: llvm, the CPU schedules, MetaSchedule's dependencies."""
-    from .schedule.tune import TuneError, check_dependencies, prepare_db_dir
+    from ..schedule.tune import TuneError, check_dependencies, prepare_db_dir
 
     if target.kind.name != "llvm":
         raise CLIError(f"--tune supports llvm targets only (MetaSchedule on CPU), not {target.kind.name}")
@@ -414,7 +414,7 @@ def _tune_stage(args: argparse.Namespace, mod: Any, target: Any, threads: int, u
                 shapes: Optional[dict]) -> tuple:
     """(executable, summary text): `mod` tuned and built with the database; checked against the untuned build
     (outputs, unless --no-check) and timed against it (unless --no-time-check): slower, the untuned one is kept."""
-    from .schedule.tune import build_tuned
+    from ..schedule.tune import build_tuned
 
     ex, report = build_tuned(mod, target, args.tune, args.tuning_db, threads=threads)
     lines = [report.summary()]
@@ -426,7 +426,7 @@ def _tune_stage(args: argparse.Namespace, mod: Any, target: Any, threads: int, u
         compare([o.name for o in proto.graph.output], vm_outputs(ex, feeds), vm_outputs(untuned, feeds), args.rtol,
                 args.atol)
     if not args.no_time_check:
-        from .timing import compare_tvm
+        from ..runtime.timing import compare_tvm
 
         t = compare_tvm(untuned, ex, feeds, time_cap=args.time_cap, names=("untuned", "tuned"))
         lines.append(f"{'latency (tuned)':24s}untuned {t.median_a * 1e3:.3f} ms, tuned {t.median_b * 1e3:.3f} ms: "
@@ -444,7 +444,7 @@ def build_pipeline(target: Any, no_schedule: bool = False) -> Any:
     from tvm import relax
 
     if target.kind.name == "llvm" and not no_schedule:
-        from .schedule import schedule_pipeline
+        from ..schedule import schedule_pipeline
 
         return schedule_pipeline(target)
     return relax.get_default_pipeline(target)
@@ -498,7 +498,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"output {i}: shape {tuple(o.shape)} dtype {o.dtype} mean {float(np.mean(o)):.6g} "
               f"std {float(np.std(o)):.6g}")
     if args.outputs:
-        from .fileio import atomic_write
+        from ..fileio import atomic_write
 
         atomic_write(args.outputs if args.outputs.endswith(".npz") else args.outputs + ".npz",
                      lambda f: np.savez(f, *outs))
@@ -518,7 +518,7 @@ def write_signature(module_path: str, proto: Any, shapes: Optional[dict]) -> Non
     """Save the inputs' names, shapes and dtypes beside the library, so `run` can make inputs itself."""
     feeds = random_feeds(proto, shapes)
     sig = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
-    from .fileio import atomic_write_text
+    from ..fileio import atomic_write_text
 
     atomic_write_text(signature_path(module_path), json.dumps(sig, indent=1))
 
@@ -551,8 +551,8 @@ def _trials(text: str) -> int:
 
 
 def add_model_commands(sub: Any) -> None:
-    from .onnx_io.weights import EXTERNAL_MODES
-    from .search import METHODS, SearchConfig
+    from ..onnx_io.weights import EXTERNAL_MODES
+    from ..search import METHODS, SearchConfig
 
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
         p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '

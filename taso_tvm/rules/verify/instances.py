@@ -31,12 +31,13 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from ..graph import GraphError, NodeStore, TensorGraph, TensorType
-from ..graph.ops import OPS
-from ..graph.types import freeze
-from . import expr as E, op_facets
-from .language import PNode, Rule
-from .matcher import Match, find_matches
+from ...graph import GraphError, NodeStore, TensorGraph, TensorType
+from ...graph.ops import OPS
+from ...graph.types import freeze
+from ..language import expr as E
+from .. import op_facets
+from ..language.rule import PNode, Rule
+from ..matching.matcher import Match, find_matches
 
 DEFAULT_DIMS = (1, 2, 3)
 LARGE_DIMS = (4, 5)  # the "every dim >= 4" instance tries these
@@ -753,7 +754,7 @@ def numpy_check(inst: Instance, rng: Optional[np.random.Generator] = None, rtol:
     relu, max, concat and split; an output that is not finite is not compared); positive where an operator wants
     positive values. `tgt`: the instance's graph
     rewritten by the rule, when the caller has it."""
-    from .matcher import build_target
+    from ..matching.rewrite import build_target
 
     rng = rng or np.random.default_rng(0)
     g = inst.graph
