@@ -27,7 +27,8 @@ def bench_verify(jobs: int) -> None:
     from taso_tvm.rules import load_rules
     from taso_tvm.rules.language.compile import read_rule_files
     from taso_tvm.rules.ruleset import library_files
-    from taso_tvm.rules.verify.verdict import Cache, load_axioms, tally, verify_axioms, verify_rules
+    from taso_tvm.rules.verify.verdict import Cache, load_axioms, verify_axioms, verify_rules
+    from taso_tvm.rules.verify.results import tally
 
     rules = read_rule_files(library_files())
     cache = Cache()

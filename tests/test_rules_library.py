@@ -7,7 +7,8 @@ import pytest
 
 from taso_tvm.rules import apply_match, find_matches, read_rule_files
 from taso_tvm.rules.verify.axiomatic import axiom_ops
-from taso_tvm.rules.verify.instances import iter_instances, numpy_check
+from taso_tvm.rules.verify.instances import numpy_check
+from taso_tvm.rules.verify.plan import iter_instances
 from taso_tvm.rules.ruleset import library_files
 from taso_tvm.rules.verify.verdict import load_axioms, verify_axioms, verify_rules
 from verified_axioms import seed_cache

@@ -14,8 +14,9 @@ from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 from taso_tvm.graph.ops import OPS
 from taso_tvm.rules import load_rules, parse_rules
 from taso_tvm.cli.rules import main as rules_cli
-from taso_tvm.rules.verify.verdict import (Cache, axiomatic_check, bounded_check, load_axioms, verify_rule,
-                                   tally, verify_rules, z3_evaluate)
+from taso_tvm.rules.verify.verdict import Cache, axiomatic_check, load_axioms, verify_rule, verify_rules
+from taso_tvm.rules.verify.results import tally
+from taso_tvm.rules.verify.bounded import bounded_check, z3_evaluate
 
 from verified_axioms import seed_cache, verified_axioms  # noqa: E402
 

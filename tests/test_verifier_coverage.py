@@ -7,10 +7,11 @@ import textwrap
 import pytest
 
 from taso_tvm.rules import parse_rules, read_rule_files
-from taso_tvm.rules.verify.instances import EXHAUSTIVE_LIMIT, plan_instances
+from taso_tvm.rules.verify.plan import EXHAUSTIVE_LIMIT, plan_instances
 from taso_tvm.rules.language.rule import RuleError
 from taso_tvm.rules.ruleset import library_files
-from taso_tvm.rules.verify.verdict import axioms_digest, bounded_check, load_axioms, rule_key, verify_rules
+from taso_tvm.rules.verify.verdict import axioms_digest, load_axioms, rule_key, verify_rules
+from taso_tvm.rules.verify.bounded import bounded_check
 from verified_axioms import verified_axioms
 
 LIBRARY = read_rule_files(library_files())

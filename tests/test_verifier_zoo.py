@@ -12,7 +12,8 @@ from taso_tvm.graph.types import freeze
 from taso_tvm.rules import read_rule_files
 from taso_tvm.rules.verify.instances import build_instance
 from taso_tvm.rules.matching.rewrite import build_target
-from taso_tvm.rules.verify.verdict import bounded_check, verify_rule
+from taso_tvm.rules.verify.verdict import verify_rule
+from taso_tvm.rules.verify.bounded import bounded_check
 from verified_axioms import verified_axioms
 
 DATA = Path(__file__).parent / "data"

@@ -6,6 +6,7 @@
 - `axiomatic`: the proof from the axioms (rules/library/axioms.yaml) for every shape;
 - `solver_process`: Z3 queries in a separate process under a hard deadline.
 """
-from .verdict import Cache, VerifyResult, load_axioms, verify_axioms, verify_rule, verify_rules
+from .results import VerifyResult
+from .verdict import Cache, load_axioms, verify_axioms, verify_rule, verify_rules
 
 __all__ = ["Cache", "VerifyResult", "load_axioms", "verify_axioms", "verify_rule", "verify_rules"]
