@@ -9,7 +9,8 @@ import warnings
 from collections import Counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .model import CLIError, add_model_commands
+from .model import add_model_commands
+from .common import CLIError
 
 log = logging.getLogger("taso_tvm")
 

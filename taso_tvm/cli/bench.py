@@ -327,7 +327,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     if args.no_spin:
         os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"  # read when TVM's pool starts
-    from .model import search_settings
+    from .common import search_settings
     from ..onnx_io import parse_shapes
 
     args.shapes = parse_shapes(args.input_shapes) if args.input_shapes else None

@@ -16,8 +16,8 @@ from ..rules.generate.driver import DEFAULT_TIME_BUDGET_S
 from ..rules.language.rule import RuleError
 from ..rules.language.compile import read_rule_files
 from ..rules.ruleset import RuleSet, library_files
-from ..rules.verify.verdict import (Cache, VerifyResult, axioms_digest, load_axioms, rule_key, tally, verify_axioms,
-                           verify_rules)
+from ..rules.verify.verdict import Cache, axioms_digest, load_axioms, rule_key, verify_axioms, verify_rules
+from ..rules.verify.results import VerifyResult, tally
 
 
 def _table(rows: list, headers: list, out: TextIO) -> None:
