@@ -1,4 +1,4 @@
-"""The verifier's fast path: exact polynomial normal forms (`rules/poly.py`) prove convolution rules of TASO's kind
+"""The verifier's fast path: exact polynomial normal forms (`rules/verify/poly.py`) prove convolution rules of TASO's kind
 in seconds, mostly without a solver call; the axiomatic proof stops at its resource limit instead of its timeout;
 subtly wrong convolution rules are still refuted with counterexamples, also without the NumPy pre-check."""
 from __future__ import annotations
