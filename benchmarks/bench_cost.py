@@ -4,7 +4,7 @@
    parallel convs/matmuls, enlarged kernels, BN folded or not, redundant transposes, two sizes each), the
    Spearman rank correlation between the cost model's graph cost and the measured end-to-end latency of the
    whole graph (TVM: compiled with the default pipeline; ORT: the graph as one ONNX model), the variants of one
-   block timed in interleaved rounds (taso_tvm.timing.compare) so that machine drift cannot reorder them.
+   block timed in interleaved rounds (taso_tvm.runtime.timing.compare) so that machine drift cannot reorder them.
 2. Speed: cold costing of ResNet-50 with the tvm backend on llvm (empty cache), warm costing (new model, same
    cache), and graph_cost on a graph whose kernels are known.
 
@@ -139,7 +139,7 @@ def _feeds(graph: TensorGraph) -> dict[str, np.ndarray]:
 
 def _runner(backend: str, graph: TensorGraph):
     """A callable running the whole graph once: built for llvm in the Relax VM, or as one ONNX model in ORT."""
-    from taso_tvm.timing import ort_runner, ort_session, vm_runner
+    from taso_tvm.runtime.timing import ort_runner, ort_session, vm_runner
 
     feeds = _feeds(graph)
     if backend == "ort":
@@ -160,8 +160,8 @@ def _runner(backend: str, graph: TensorGraph):
 
 def measured_ms(backend: str, graphs: dict[str, TensorGraph]) -> dict[str, float]:
     """End-to-end median latency (ms) of each graph; the graphs of one family are timed in interleaved rounds
-    (taso_tvm.timing), so machine drift does not reorder them."""
-    from taso_tvm.timing import compare
+    (taso_tvm.runtime.timing), so machine drift does not reorder them."""
+    from taso_tvm.runtime.timing import compare
 
     families: dict[str, list] = {}
     for k in graphs:

@@ -34,7 +34,8 @@ def _load() -> str:
 def bench_model(name: str, model, threads: int, time_cap: float, target, spin: bool = True) -> dict:
     import tvm
 
-    from taso_tvm import timing, zoo
+    from taso_tvm.runtime import timing
+    from taso_tvm import zoo
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.schedule import CpuSchedule, schedule_pipeline
 

@@ -188,7 +188,8 @@ def explain_missing(res, rules: list, taso: list, rows: list, max_steps: int) ->
     from taso_tvm.rules.generate.emit import entry_yaml
     from taso_tvm.rules.generate.keep import Item, prepare
     from taso_tvm.rules.generate.pool import build_pool
-    from taso_tvm.rules.language import RuleError, parse_rules
+    from taso_tvm.rules.language.rule import RuleError
+    from taso_tvm.rules.language.compile import parse_rules
 
     missing = {n for n, s, _d in rows if s == "missing"}
     mt = [r for r in taso if r[0] in missing]

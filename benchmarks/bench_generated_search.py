@@ -12,7 +12,7 @@ the matches must be the same either way.
 `--search`: each model goes through the ONNX optimizer (`optimize_onnx`, as `taso-tvm optimize` runs it: region
 search, per-region numeric checks, whole-model check) with either rule set, without its own timing gate; then
 ONNX Runtime times the original and both results by single runs alternating in random order
-(`taso_tvm.timing.compare`). Reported: predicted cost before/after, search seconds, rules applied (the generated
+(`taso_tvm.runtime.timing.compare`). Reported: predicted cost before/after, search seconds, rules applied (the generated
 ones listed), median latencies, and each result's ratio to the original with its confidence interval.
 
 Zoo models run at reduced sizes (SIZES) so the whole run stays within minutes on two cores.
@@ -56,8 +56,9 @@ def _key(pairs: list) -> list:
 
 
 def bench_matching(library, both, models: list, repeat: int) -> None:
-    from taso_tvm.rules import graph_index, matcher
-    from taso_tvm.rules.matcher import every_match
+    from taso_tvm.rules import graph_index
+    from taso_tvm.rules.matching import matcher
+    from taso_tvm.rules.matching.matcher import every_match
 
     print(f"\nmatching: one RuleSet.matches per graph (a fresh graph index each time), best of {repeat} (ms); "
           f"tried = rules whose operators all occur in the graph (as often as in their patterns)")
@@ -108,7 +109,7 @@ def bench_search(library, both, models: list, backend: str, time_cap: float, thr
     from taso_tvm.onnx_opt import optimize_onnx
     from taso_tvm.onnx_opt.driver import feeds_at
     from taso_tvm.onnx_opt.prepare import make_binding
-    from taso_tvm.timing import compare, ort_runner, ort_session
+    from taso_tvm.runtime.timing import compare, ort_runner, ort_session
 
     gen_names = {r.name for r in both if r.name not in library}
     print(f"\nsearch ({backend} cost, default settings, optimize_onnx without its timing gate): library "
@@ -171,7 +172,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from taso_tvm.rules import RuleSet, load_rules, read_rule_files
-    from taso_tvm.rules.verify import verify_rules
+    from taso_tvm.rules.verify.verdict import verify_rules
 
     t = time.perf_counter()
     library = load_rules()

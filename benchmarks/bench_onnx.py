@@ -44,7 +44,7 @@ def _models(selected):
 
 def _feeds(model, entry):
     import real_models as rm
-    from taso_tvm.check import random_feeds
+    from taso_tvm.runtime.check import random_feeds
 
     return rm.feeds(entry) if entry is not None else random_feeds(model)
 
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from taso_tvm.onnx_opt import optimize_onnx
-    from taso_tvm.timing import compare_onnx
+    from taso_tvm.runtime.timing import compare_onnx
 
     selected = set(args.models.split(",")) if args.models else None
     rows = []

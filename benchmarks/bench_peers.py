@@ -5,9 +5,9 @@ For each model and sequence length: the original; onnxsim; ONNX Runtime's transf
 optimize` runs it, its never-slower guard included); and taso-tvm on top of ONNX Runtime's optimizer. Each tool's
 wall time is recorded; each output is compared with the original's in ONNX Runtime on the same valid inputs; all
 variants are timed in ONE alternating comparison (single runs in a fresh random order each round, 2 intra-op
-threads, all graph optimizations, thread spinning off for every session: `taso_tvm.timing`). The limit is measured
-in the same run: ONNX Runtime's MatMul on 1024^3 fp32 gives the machine's GEMM peak, and each variant's FLOPs over
-its latency its share of it.
+threads, all graph optimizations, thread spinning off for every session: `taso_tvm.runtime.timing`). The limit is
+measured in the same run: ONNX Runtime's MatMul on 1024^3 fp32 gives the machine's GEMM peak, and each variant's
+FLOPs over its latency its share of it.
 
     python benchmarks/bench_peers.py [NAMES] [--set peers|real|zoo|all] [--seq 128 512] [--time-cap 60]
         [--md benchmarks/results/peers.md] [--json benchmarks/results/peers.json]
@@ -38,8 +38,8 @@ from onnx import helper, numpy_helper
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taso_tvm.check import CheckFailed, compare_outputs, run_onnx  # noqa: E402
-from taso_tvm.timing import compare, measure, ort_runner, ort_session  # noqa: E402
+from taso_tvm.runtime.check import CheckFailed, compare_outputs, run_onnx  # noqa: E402
+from taso_tvm.runtime.timing import compare, measure, ort_runner, ort_session  # noqa: E402
 
 log = logging.getLogger("bench_peers")
 VARIANTS = ("original", "onnxsim", "ort-opt", "taso", "ort-opt+taso")
@@ -113,7 +113,7 @@ def manifest_models(folder: Path, kinds: Optional[set] = None) -> list[Model]:
 
 def zoo_models(tmp: Path) -> list[Model]:
     from taso_tvm import zoo
-    from taso_tvm.check import random_feeds
+    from taso_tvm.runtime.check import random_feeds
 
     out = []
     for name in ("squeezenet", "resnet50", "bert", "nasrnn"):

@@ -25,9 +25,10 @@ def _limit_cores(n: int) -> str:
 
 def bench_verify(jobs: int) -> None:
     from taso_tvm.rules import load_rules
-    from taso_tvm.rules.language import read_rule_files
+    from taso_tvm.rules.language.compile import read_rule_files
     from taso_tvm.rules.ruleset import library_files
-    from taso_tvm.rules.verify import Cache, load_axioms, tally, verify_axioms, verify_rules
+    from taso_tvm.rules.verify.verdict import Cache, load_axioms, verify_axioms, verify_rules
+    from taso_tvm.rules.verify.results import tally
 
     rules = read_rule_files(library_files())
     cache = Cache()
@@ -62,7 +63,7 @@ def bench_match(models: list) -> None:
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.relay_pass.lift import lift_function
     from taso_tvm.rules import load_rules
-    from taso_tvm.rules.matcher import GraphIndex, find_matches
+    from taso_tvm.rules.matching.matcher import GraphIndex, find_matches
 
     rs = load_rules()
     for name in models:

@@ -47,8 +47,8 @@ def main() -> int:
     ap.add_argument("--save", default="")
     args = ap.parse_args()
 
-    from taso_tvm.rules.language import parse_rules
-    from taso_tvm.rules.verify import load_axioms, verify_rule
+    from taso_tvm.rules.language.compile import parse_rules
+    from taso_tvm.rules.verify.verdict import load_axioms, verify_rule
 
     rules = []
     if args.generated:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .check import DEFAULT_ATOL, DEFAULT_RTOL
+from .runtime.check import DEFAULT_ATOL, DEFAULT_RTOL
 from .graph import NodeStore, TensorGraph, TensorRef, TensorType
 
 _ACTS = {"NONE": "none", "RELU": "relu", "SIGMOID": "sigmoid", "TANH": "tanh"}
@@ -251,8 +251,8 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
 
     rules: RuleSet / rule file(s) / None (the shipped, verified library). cost: a cost model, a backend name
     ("auto", "analytic", "tvm", "ort"), a config file, or None (the configured default for `target`).
-    check: compare the result with the original on random inputs (`taso_tvm.check` rules: an IRModule or graph
-    built for llvm, an ONNX model in ONNX Runtime) and raise `taso_tvm.check.CheckFailed` when they differ.
+    check: compare the result with the original on random inputs (`taso_tvm.runtime.check` rules: an IRModule or graph
+    built for llvm, an ONNX model in ONNX Runtime) and raise `taso_tvm.runtime.check.CheckFailed` when they differ.
     An ONNX model goes through the ONNX path (`taso_tvm.onnx_opt`): every rewritten region is checked anyway (one
     that differs is dropped, or raises with `check`), symbolic dims stay symbolic (`shapes` sets the shapes costed
     at), and unless `time_check` is off the result is returned only if ONNX Runtime runs it faster than the
@@ -261,7 +261,7 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
     import onnx
     import tvm
 
-    from .check import check_relax, check_tolerances
+    from .runtime.check import check_relax, check_tolerances
     from .relay_pass.taso_pass import TasoOptimize
 
     if check:

@@ -7,7 +7,7 @@ class says which exit status the command line gives it (see `exit_code`).
     |   |                         TypeMismatch)
     |   +-- RuleFileError         rules.RuleError, rules.YamlError, rules.ExprError; a refuted or unproven rule
     |   |                         in a file the user named
-    |   +-- SettingsError         relay_pass.settings.SettingsError, cost.config.CostConfigError, cli_model.CLIError
+    |   +-- SettingsError         relay_pass.settings.SettingsError, cost.config.CostConfigError, cli.common.CLIError
     |   +-- CostError             cost.cache.CostCacheError (a cache path that is not ours)
     +-- ExportError               onnx_io.export.ExportError (exit 2)
     +-- CheckRefused              check.CheckFailed, check.CheckError: the check refused the result (exit 1)

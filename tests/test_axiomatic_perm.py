@@ -10,9 +10,9 @@ import pytest
 import z3
 
 from taso_tvm.rules import parse_rules
-from taso_tvm.rules import expr as E
-from taso_tvm.rules.axiomatic import Encoder, encode_sides, helper_facts, source_rank_facts
-from taso_tvm.rules.verify import axiomatic_check, load_axioms, verify_rule
+from taso_tvm.rules.language import expr as E
+from taso_tvm.rules.verify.axiomatic import Encoder, encode_sides, helper_facts, source_rank_facts
+from taso_tvm.rules.verify.verdict import axiomatic_check, load_axioms, verify_rule
 
 HEADS = "[0, 2, 1, 3]"
 

@@ -10,7 +10,7 @@ from tvm import relax
 
 import taso_tvm as taso
 from taso_tvm import load_onnx, zoo
-from taso_tvm.check import (CheckError, CheckFailed, check_onnx, check_relax, check_tolerances, compare,
+from taso_tvm.runtime.check import (CheckError, CheckFailed, check_onnx, check_relax, check_tolerances, compare,
                             compare_arrays, compare_outputs, random_feeds, run_onnx)
 from taso_tvm.relay_pass.taso_pass import TasoOptimize
 from taso_tvm.rules import RuleSet, parse_rules

@@ -91,7 +91,7 @@ def test_time_limit_says_so(model_path, config, tmp_path, capsys):
 
 def test_safety_net_refuses_a_wrong_output(model_path, tmp_path, capsys, monkeypatch):
     """If the optimized model differed from the original, nothing is written and the output is named."""
-    import taso_tvm.cli_model as cm
+    import taso_tvm.cli.model as cm
 
     real = cm.ort_outputs
     calls = []
@@ -115,6 +115,6 @@ def test_compile_for_cuda_builds_without_a_gpu(tmp_path, config, capsys):
     so = tmp_path / "seed_cuda.so"
     assert main(["compile", str(path), "--target", "cuda", "-o", str(so), "--config", str(config)]) == 0
     assert so.stat().st_size > 0 and (tmp_path / "seed_cuda.so.inputs.json").exists()
-    from taso_tvm.cuda_build import device_code_formats
+    from taso_tvm.runtime.cuda_build import device_code_formats
 
     assert device_code_formats(so) == {"cubin"}  # compiled here: the GPU machine needs no nvcc

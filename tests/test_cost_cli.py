@@ -6,7 +6,7 @@ import json
 import onnx
 import pytest
 
-from taso_tvm.cli_cost import main
+from taso_tvm.cli.cost import main
 from taso_tvm.cost.config import CACHE_ENV
 
 

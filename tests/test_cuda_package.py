@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taso_tvm.cli_cost import main as cost_main
+from taso_tvm.cli.cost import main as cost_main
 from taso_tvm.cost import CostModel, load_cost_config
 from taso_tvm.cost.kernel_exchange import KernelExchangeError, import_timings
 
@@ -116,7 +116,7 @@ def fake_wheel(folder: Path, python: str, ext_python: str = "") -> Path:
     (default `python`); no network needed."""
     import zipfile
 
-    from taso_tvm.runtime_bundle import distribution, package_dir
+    from taso_tvm.runtime.bundle import distribution, package_dir
 
     dist, version = distribution("tvm_ffi")
     tag = "cp" + python.replace(".", "")
@@ -135,7 +135,7 @@ def fake_wheel(folder: Path, python: str, ext_python: str = "") -> Path:
 
 
 def test_runtime_for_another_python_takes_tvm_ffi_from_its_wheel(tmp_path):
-    from taso_tvm.runtime_bundle import copy_runtime, package_dir, version_specific
+    from taso_tvm.runtime.bundle import copy_runtime, package_dir, version_specific
 
     assert not version_specific(package_dir("tvm"))  # TVM's own wheel is py3-none: nothing to replace there
     fake_wheel(tmp_path / "wheels", "3.12")
@@ -267,7 +267,7 @@ CUDA_RELU = """
 import sys
 import tvm
 from tvm import relax
-from taso_tvm.cuda_build import device_code_formats, enable_cuda_codegen
+from taso_tvm.runtime.cuda_build import device_code_formats, enable_cuda_codegen
 
 if sys.argv[1] == "enable":
     print(enable_cuda_codegen())
@@ -314,8 +314,8 @@ def test_cuda_libraries_hold_compiled_kernels_built_without_a_gpu(tmp_path):
     if how != "stand-in":
         return
     # the carried runtime, in runtime-only mode, loads TVM's CUDA runtime itself and reads the library's cubins
-    from taso_tvm.cuda_build import _standin_path
-    from taso_tvm.runtime_bundle import copy_runtime
+    from taso_tvm.runtime.cuda_build import _standin_path
+    from taso_tvm.runtime.bundle import copy_runtime
 
     copy_runtime(tmp_path / "runtime", cuda=True)
     assert (tmp_path / "runtime" / "tvm" / "lib" / "libcudart.so.13").is_file() or not shutil.which("nvcc")
@@ -336,7 +336,7 @@ def test_squeezenet_packages_for_cuda_under_the_limit(tmp_path):
     print(r.stdout)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["target"] == {"kind": "cuda", "arch": "sm_90"} and manifest["total_bytes"] < LIMIT
-    from taso_tvm.cuda_build import device_code_formats
+    from taso_tvm.runtime.cuda_build import device_code_formats
 
     for which in ("original", "optimized"):
         assert device_code_formats(out / "models" / "squeezenet" / f"{which}.so") == {"cubin"}

@@ -145,11 +145,11 @@ def test_tvm_lowers_attention_to_relax_attention():
     vm = relax.VirtualMachine(ex, tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
     np.testing.assert_allclose(out, graph.evaluate(feeds)[0], rtol=1e-4, atol=1e-5)
-    from taso_tvm.cuda_build import enable_cuda_codegen
+    from taso_tvm.runtime.cuda_build import enable_cuda_codegen
 
     enable_cuda_codegen()
     cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
-    with cuda:  # nvcc takes the architecture from the current target (taso_tvm.cuda_build)
+    with cuda:  # nvcc takes the architecture from the current target (taso_tvm.runtime.cuda_build)
         tvm.compile(mod, cuda)  # builds for CUDA without a GPU
 
 

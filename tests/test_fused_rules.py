@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from taso_tvm.rules import read_rule_files
-from taso_tvm.rules.verify import verify_rule
+from taso_tvm.rules.verify.verdict import verify_rule
 from verified_axioms import verified_axioms
 
 DATA = Path(__file__).parent / "data"
@@ -124,7 +124,7 @@ def _fused(model: onnx.ModelProto) -> list[str]:
 
 @pytest.mark.parametrize("name", ["bert", "sentence_encoder"])  # torch dynamo and TorchScript exports
 def test_attention_of_a_torch_export_fuses(name):
-    from taso_tvm.check import check_onnx
+    from taso_tvm.runtime.check import check_onnx
     from taso_tvm.onnx_opt import optimize_onnx
     from taso_tvm.onnx_opt.driver import feeds_at
     from taso_tvm.onnx_opt.prepare import make_binding, second_bindings
@@ -144,7 +144,7 @@ def test_gpt2_attention_and_tanh_gelu_fuse():
     mask sliced from a buffer to the run-time length (a value that depends on the sequence dim, read by the region
     as a run-time input) and torch's tanh GELU: Attention and FastGelu in every block, equal at a binding the
     optimizer did not check."""
-    from taso_tvm.check import check_onnx
+    from taso_tvm.runtime.check import check_onnx
     from taso_tvm.onnx_opt import optimize_onnx
     from taso_tvm.onnx_opt.driver import feeds_at
     from taso_tvm.onnx_opt.prepare import make_binding
@@ -162,7 +162,7 @@ def test_paddle_attention_fuses():
     """paddle2onnx's form (benchmarks/peers/paddle_encoder.py, tiny, opset 17): the query scale written as x * s + 0
     (paddle's `scale` op; the + 0 lifts as x) and a [B, 1, 1, S] mask, expanded along the query axis to the run-time
     length in the written Attention: equal at bindings the optimizer did not check."""
-    from taso_tvm.check import check_onnx
+    from taso_tvm.runtime.check import check_onnx
     from taso_tvm.onnx_opt import optimize_onnx
     from taso_tvm.onnx_opt.driver import feeds_at
     from taso_tvm.onnx_opt.prepare import make_binding

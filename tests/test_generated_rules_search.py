@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from taso_tvm.rules import RuleSet, apply_match, graph_index, library_files, load_rules, matcher
-from taso_tvm.rules.matcher import every_match
-from taso_tvm.rules.language import read_rule_files
+from taso_tvm.rules import RuleSet, apply_match, graph_index, library_files, load_rules
+from taso_tvm.rules.matching import matcher
+from taso_tvm.rules.matching.matcher import every_match
+from taso_tvm.rules.language.compile import read_rule_files
 from taso_tvm.rules.ruleset import LIBRARY_ENTRY, required_ops
 
 # written by `taso-tvm rules generate --max-ops 2 --ops concat,relu --kinds act4` (its header says so); the slow
@@ -169,7 +170,7 @@ def test_optimize_onnx_with_generated_rules_file(generated_mat):
     """The ONNX optimizer with `rules: [library, generated files]`: the result runs in ONNX Runtime with the
     original's outputs."""
     from taso_tvm import zoo
-    from taso_tvm.check import check_onnx, random_feeds
+    from taso_tvm.runtime.check import check_onnx, random_feeds
     from taso_tvm.onnx_opt import optimize_onnx
 
     model = zoo.get_model("squeezenet", image_size=64)

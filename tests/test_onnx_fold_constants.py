@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_tvm.check import check_onnx
+from taso_tvm.runtime.check import check_onnx
 from taso_tvm.onnx_opt.driver import feeds_at
 from taso_tvm.onnx_opt.fold_constants import binding_independent_constants, fold_into
 from taso_tvm.onnx_opt.prepare import make_binding, prepare, second_bindings

@@ -164,13 +164,13 @@ def test_cost_cache_that_is_not_ours(work, capsys, monkeypatch):
 
 
 def test_check_failure_is_exit_1(work, capsys, monkeypatch):
-    import taso_tvm.cli_model
-    from taso_tvm import check
+    import taso_tvm.cli.model
+    from taso_tvm.runtime import check
 
     def refuse(*a, **k):
         raise check.CheckFailed("output 'y' differs from the original at 3 of 512 elements")
 
-    monkeypatch.setattr(taso_tvm.cli_model, "compare", refuse)
+    monkeypatch.setattr(taso_tvm.cli.model, "compare", refuse)
     rc, err, _, before = _optimize(work, capsys, "--no-search")
     assert rc == 1
     assert_one_line(err, "check failed", "output 'y'")

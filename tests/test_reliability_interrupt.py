@@ -24,20 +24,20 @@ def _interrupt(*_a, **_k):
 
 def _points():
     """(name, module, attribute) of the functions an interrupt is raised from, in the order a run reaches them."""
-    import taso_tvm.check
+    import taso_tvm.runtime.check
     import taso_tvm.fileio
     import taso_tvm.onnx_io
     import taso_tvm.onnx_io.export
     import taso_tvm.relay_pass.rewrite
-    import taso_tvm.rules.verify
+    import taso_tvm.rules.verify.verdict
 
     return {
         "loading": (taso_tvm.onnx_io, "read_onnx"),
-        "verifying": (taso_tvm.rules.verify, "verify_rules"),
-        "checking regions": (taso_tvm.check, "run_onnx"),
+        "verifying": (taso_tvm.rules.verify.verdict, "verify_rules"),
+        "checking regions": (taso_tvm.runtime.check, "run_onnx"),
         "lowering": (taso_tvm.relay_pass.rewrite, "lower_graph"),  # inside TVM's pass callback
         "exporting": (taso_tvm.onnx_io.export, "export_relax"),
-        "checking the model": (taso_tvm.check, "check_onnx"),
+        "checking the model": (taso_tvm.runtime.check, "check_onnx"),
         "writing": (taso_tvm.fileio.os, "fsync"),
     }
 

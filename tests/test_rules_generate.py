@@ -201,7 +201,7 @@ def test_generated_rules_match_and_apply_on_a_zoo_model(generated, model):
 
 
 def test_cli_generate_writes_a_rule_file(tmp_path, capsys):
-    from taso_tvm.cli_rules import main
+    from taso_tvm.cli.rules import main
 
     out = tmp_path / "g.yaml"
     assert main(["generate", "--max-ops", "2", "--ops", "relu,concat", "--kinds", "mat", "-o", str(out),
@@ -470,7 +470,7 @@ def test_checkpoint_appends_units_and_resumes_exactly(tmp_path):
 def test_cli_default_budget_and_what_is_left_unverified(tmp_path, capsys):
     """The command line's default time budget is printed; a budget spent while enumerating writes nothing and
     keeps the checkpoint; a budget spent while verifying reports the candidates left unverified."""
-    from taso_tvm.cli_rules import main
+    from taso_tvm.cli.rules import main
     from taso_tvm.rules.generate.driver import DEFAULT_TIME_BUDGET_S
 
     args = ["generate", "--max-ops", "2", "--ops", "relu,concat", "--kinds", "mat", "--jobs", "1"]

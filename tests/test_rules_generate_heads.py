@@ -14,7 +14,7 @@ from taso_tvm.rules.generate import generate_rules
 from taso_tvm.rules.generate.coverage import rewrite_path
 from taso_tvm.rules.generate.driver import make_settings, _enumerators
 from taso_tvm.rules.generate.graphs import ShapeForm, expr_text
-from taso_tvm.rules.verify import verify_rules
+from taso_tvm.rules.verify.verdict import verify_rules
 
 # element-wise operators with the reshapes of a [B, L, E] activation (a scalar joins it), and the layout operators
 # alone on both kinds of the heads family (the transposes' axiomatic proofs take a second each)

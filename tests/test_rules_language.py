@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from taso_tvm.rules import RuleError, parse_rules, read_rule_files
-from taso_tvm.rules import expr as E
+from taso_tvm.rules.language import expr as E
 from taso_tvm.rules.ruleset import library_files
 
 

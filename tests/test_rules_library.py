@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from taso_tvm.rules import apply_match, find_matches, read_rule_files
-from taso_tvm.rules.axiomatic import axiom_ops
-from taso_tvm.rules.instances import iter_instances, numpy_check
+from taso_tvm.rules.verify.axiomatic import axiom_ops
+from taso_tvm.rules.verify.instances import numpy_check
+from taso_tvm.rules.verify.plan import iter_instances
 from taso_tvm.rules.ruleset import library_files
-from taso_tvm.rules.verify import load_axioms, verify_axioms, verify_rules
+from taso_tvm.rules.verify.verdict import load_axioms, verify_axioms, verify_rules
 from verified_axioms import seed_cache
 
 LIBRARY = read_rule_files(library_files())
@@ -19,7 +20,7 @@ AXIOM_OPS = axiom_ops(load_axioms())
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Verify the whole library cold (fresh cache), in parallel."""
-    from taso_tvm.rules.verify import Cache
+    from taso_tvm.rules.verify.verdict import Cache
     cache = Cache(seed_cache(tmp_path_factory.mktemp("cache")))  # the axioms verified once per session, cold
     axioms, ax_results = verify_axioms(load_axioms(), jobs=2, cache=cache)
     assert all(r.ok for r in ax_results), [(r.rule, r.status) for r in ax_results if not r.ok]

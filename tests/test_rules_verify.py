@@ -13,9 +13,10 @@ import pytest
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
 from taso_tvm.graph.ops import OPS
 from taso_tvm.rules import load_rules, parse_rules
-from taso_tvm.cli_rules import main as rules_cli
-from taso_tvm.rules.verify import (Cache, axiomatic_check, bounded_check, load_axioms, verify_rule,
-                                   tally, verify_rules, z3_evaluate)
+from taso_tvm.cli.rules import main as rules_cli
+from taso_tvm.rules.verify.verdict import Cache, axiomatic_check, load_axioms, verify_rule, verify_rules
+from taso_tvm.rules.verify.results import tally
+from taso_tvm.rules.verify.bounded import bounded_check, z3_evaluate
 
 from verified_axioms import seed_cache, verified_axioms  # noqa: E402
 
@@ -136,9 +137,9 @@ def test_unsound_rules_are_not_proven_axiomatically(unsound, axioms):
 def test_axioms_verify_and_are_consistent(axioms):
     import z3
 
-    from taso_tvm.rules.axiomatic import Encoder, axiom_formulas
+    from taso_tvm.rules.verify.axiomatic import Encoder, axiom_formulas
     assert len(axioms) == len(load_axioms())
-    from taso_tvm.rules.solver_process import check_smt2
+    from taso_tvm.rules.verify.solver_process import check_smt2
 
     formulas = axiom_formulas(Encoder(), axioms)
     s = z3.Solver()
@@ -151,7 +152,7 @@ def test_axioms_verify_and_are_consistent(axioms):
 
 
 def test_axiomatic_proof_needs_the_split_facts(axioms):
-    from taso_tvm.rules.language import read_rule_files
+    from taso_tvm.rules.language.compile import read_rule_files
     from taso_tvm.rules.ruleset import library_files
     rule = next(r for r in read_rule_files(library_files()) if r.name == "merge_matmuls_sharing_input")
     assert axiomatic_check(rule, axioms).status == "proven"
@@ -294,7 +295,7 @@ def test_cache_makes_the_second_verification_instant(tmp_path, axioms):
 
 def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("TASO_TVM_CACHE_DIR", str(tmp_path))
-    from taso_tvm.rules.verify import cache_path
+    from taso_tvm.rules.verify.verdict import cache_path
     assert cache_path() == tmp_path / "rules.json"
 
 

@@ -11,7 +11,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from taso_tvm.check import compare_arrays
+from taso_tvm.runtime.check import compare_arrays
 from taso_tvm.schedule import CpuSchedule, schedule_module, schedule_pipeline
 from taso_tvm.schedule.common import vector_split
 from taso_tvm.schedule.conv_layout import conv_weights_ihwo

@@ -9,10 +9,10 @@ import tvm
 from tvm import relax
 
 from taso_tvm import zoo
-from taso_tvm.check import compare_arrays
+from taso_tvm.runtime.check import compare_arrays
 from taso_tvm.onnx_io import load_onnx
 from taso_tvm.schedule import CpuSchedule, schedule_pipeline
-from taso_tvm.timing import ort_session
+from taso_tvm.runtime.timing import ort_session
 
 TARGET = tvm.target.Target({"kind": "llvm"})
 RTOL, ATOL = 1e-3, 1e-4  # the CLI's defaults

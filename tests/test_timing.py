@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_tvm.timing import (FASTER, NOT_DIFFERENT, SLOWER, compare, compare_onnx, compare_tvm, measure,
+from taso_tvm.runtime.timing import (FASTER, NOT_DIFFERENT, SLOWER, compare, compare_onnx, compare_tvm, measure,
                              median_ci, ort_session)
 
 

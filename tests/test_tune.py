@@ -96,8 +96,9 @@ def test_tuning_end_to_end_on_a_matmul(tmp_path, capsys):
     from tvm.s_tir import meta_schedule as ms
     from tvm_ffi import structural_equal
 
-    from taso_tvm.check import compare
-    from taso_tvm.cli_model import parse_target, vm_outputs
+    from taso_tvm.runtime.check import compare
+    from taso_tvm.cli.compile import vm_outputs
+    from taso_tvm.cli.common import parse_target
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.schedule.tune import apply_database, build_tuned, fused_module, tuned_target
 
@@ -161,7 +162,7 @@ def test_an_unreadable_database_is_one_line(tmp_path):
 
 
 def test_each_cpu_and_thread_count_has_its_own_records(tmp_path):
-    from taso_tvm.cli_model import parse_target
+    from taso_tvm.cli.common import parse_target
     from taso_tvm.schedule.tune import target_db_dir, tuned_target
 
     llvm = parse_target("llvm")

@@ -7,10 +7,11 @@ import textwrap
 import pytest
 
 from taso_tvm.rules import parse_rules, read_rule_files
-from taso_tvm.rules.instances import EXHAUSTIVE_LIMIT, plan_instances
-from taso_tvm.rules.language import RuleError
+from taso_tvm.rules.verify.plan import EXHAUSTIVE_LIMIT, plan_instances
+from taso_tvm.rules.language.rule import RuleError
 from taso_tvm.rules.ruleset import library_files
-from taso_tvm.rules.verify import axioms_digest, bounded_check, load_axioms, rule_key, verify_rules
+from taso_tvm.rules.verify.verdict import axioms_digest, load_axioms, rule_key, verify_rules
+from taso_tvm.rules.verify.bounded import bounded_check
 from verified_axioms import verified_axioms
 
 LIBRARY = read_rule_files(library_files())
@@ -83,7 +84,7 @@ def test_sample_and_cache_key_do_not_depend_on_the_name():
 
 
 def test_cache_key_changes_with_axiom_file_and_version(tmp_path, monkeypatch):
-    import taso_tvm.rules.verify as V
+    import taso_tvm.rules.verify.verdict as V
     (a,) = parse_rules(SAME_TOTAL)
     ah = axioms_digest(load_axioms())
     k0 = rule_key(a, ah)
@@ -132,7 +133,7 @@ def test_renaming_every_library_rule_changes_no_verdict():
 def test_solver_process_is_killed_at_the_deadline_and_replaced():
     import time
 
-    from taso_tvm.rules.solver_process import check_smt2
+    from taso_tvm.rules.verify.solver_process import check_smt2
     hard = ("(declare-const x Int) (declare-const y Int) (declare-const z Int)"
             "(assert (and (> x 0) (> y 0) (> z 0) (= (+ (* x x x) (* y y y)) (* z z z))))")
     t = time.perf_counter()

@@ -13,7 +13,8 @@ from taso_tvm.rules.generate.keep import Item, _compile, prepare
 from taso_tvm.rules.generate.pairs import Candidate
 from taso_tvm.rules.generate.graphs import GNode
 from taso_tvm.rules.generate.pool import build_pool
-from taso_tvm.rules.verify import axiomatic_check, bounded_check, load_axioms, verify_rule
+from taso_tvm.rules.verify.verdict import axiomatic_check, load_axioms, verify_rule
+from taso_tvm.rules.verify.bounded import bounded_check
 
 from verified_axioms import verified_axioms  # noqa: E402
 

@@ -7,9 +7,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from taso_tvm.rules import instances, parse_rules
-from taso_tvm.rules.instances import plan_instances
-from taso_tvm.rules.verify import _sweep, axiomatic_check, bounded_check, load_axioms, verify_rule
+from taso_tvm.rules.verify import plan as instances_plan
+from taso_tvm.rules import parse_rules
+from taso_tvm.rules.verify.plan import plan_instances
+from taso_tvm.rules.verify.verdict import axiomatic_check, load_axioms, verify_rule
+from taso_tvm.rules.verify.bounded import _sweep, bounded_check
 
 # Stride 2 then a KxK conv is not a KxK conv at stride 2 after a stride-1 conv: with spatial sizes in {3, 4} (and 4, 5
 # in the every-dim->=4 instance, which sets the kernels to 4 or 5 too) the source builds only with 1x1 second
@@ -61,7 +63,7 @@ def _rule(text: str):
 @pytest.fixture
 def no_wide(monkeypatch):
     """The planner without its wide instances: the sweep alone must refute."""
-    monkeypatch.setattr(instances, "_add_wide", lambda pl, plan: None)
+    monkeypatch.setattr(instances_plan, "_add_wide", lambda pl, plan: None)
 
 
 def _names_shapes(ce: dict) -> None:

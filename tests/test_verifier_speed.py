@@ -1,4 +1,4 @@
-"""The verifier's fast path: exact polynomial normal forms (`rules/poly.py`) prove convolution rules of TASO's kind
+"""The verifier's fast path: exact polynomial normal forms (`rules/verify/poly.py`) prove convolution rules of TASO's kind
 in seconds, mostly without a solver call; the axiomatic proof stops at its resource limit instead of its timeout;
 subtly wrong convolution rules are still refuted with counterexamples, also without the NumPy pre-check."""
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 import z3
 
 from taso_tvm.rules import parse_rules
-from taso_tvm.rules import verify as V
-from taso_tvm.rules.poly import Ring, to_z3
-from taso_tvm.rules.verify import AXIOMATIC_RLIMIT, bounded_check, load_axioms, verify_rule
+from taso_tvm.rules.verify import bounded as V
+from taso_tvm.rules.verify.poly import Ring, to_z3
+from taso_tvm.rules.verify.verdict import AXIOMATIC_RLIMIT, load_axioms, verify_rule
+from taso_tvm.rules.verify.bounded import bounded_check
 
 TIME_BOUND_S = 10.0  # per rule, generous: a loaded 2-core machine; ~0.5-2 s unloaded
 
@@ -149,7 +150,7 @@ def test_subtly_wrong_conv_rule_is_refuted(name, numeric_first):
     assert ce and ce["instance"] and ce["kind"] in ("numeric", "z3")
     assert time.perf_counter() - t0 < TIME_BOUND_S
     if ce.get("values"):  # the counterexample's input values do show the difference in NumPy
-        from taso_tvm.rules.instances import plan_instances
+        from taso_tvm.rules.verify.plan import plan_instances
         inst = next(i for i in plan_instances(rule).instances if i.describe() == ce["instance"])
         tgt = V._rewrite(inst)
         feeds = {k: np.asarray(v) for k, v in ce["values"].items()}
@@ -313,7 +314,7 @@ def test_matmul_over_polynomials_matches_numpy(shapes):
 def test_polynomials_over_budget_fall_back_to_z3_terms(monkeypatch, solver_calls):
     """Where the expanded polynomials would be too large the instance is decided on Z3 terms, with the same
     verdicts."""
-    from taso_tvm.rules import poly
+    from taso_tvm.rules.verify import poly
 
     ring = Ring(budget=3)
     x, y = ring.var("x"), ring.var("y")

@@ -10,9 +10,10 @@ import pytest
 from taso_tvm.graph import GraphError
 from taso_tvm.graph.types import freeze
 from taso_tvm.rules import read_rule_files
-from taso_tvm.rules.instances import build_instance
-from taso_tvm.rules.matcher import build_target
-from taso_tvm.rules.verify import bounded_check, verify_rule
+from taso_tvm.rules.verify.instances import build_instance
+from taso_tvm.rules.matching.rewrite import build_target
+from taso_tvm.rules.verify.verdict import verify_rule
+from taso_tvm.rules.verify.bounded import bounded_check
 from verified_axioms import verified_axioms
 
 DATA = Path(__file__).parent / "data"
@@ -72,6 +73,6 @@ def test_true_rule_is_proven(rule, axioms):
 @pytest.mark.slow
 def test_axioms_never_prove_a_wrong_rule(axioms):
     """The axiomatic method alone, with a longer limit, proves none of the wrong rules."""
-    from taso_tvm.rules.verify import axiomatic_check
+    from taso_tvm.rules.verify.verdict import axiomatic_check
     proven = [r.name for r in WRONG if axiomatic_check(r, axioms, timeout=2.0).status == "proven"]
     assert proven == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 @functools.lru_cache(maxsize=1)
 def _verified() -> tuple:
-    from taso_tvm.rules.verify import Cache, load_axioms, verify_axioms
+    from taso_tvm.rules.verify.verdict import Cache, load_axioms, verify_axioms
     path = Path(tempfile.mkdtemp(prefix="taso-axioms-")) / "rules.json"
     good, results = verify_axioms(load_axioms(), jobs=2, cache=Cache(path))
     assert all(r.ok for r in results), [(r.rule, r.status) for r in results if not r.ok]

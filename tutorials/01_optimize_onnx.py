@@ -7,9 +7,9 @@ What `taso-tvm optimize in.onnx -o out.onnx` does, from Python, with the report 
 import onnx
 
 from taso_tvm import zoo
-from taso_tvm.check import check_onnx, random_feeds
+from taso_tvm.runtime.check import check_onnx, random_feeds
 from taso_tvm.onnx_opt import optimize_onnx
-from taso_tvm.timing import compare_onnx
+from taso_tvm.runtime.timing import compare_onnx
 
 # Any ONNX file works the same way: model = onnx.load("model.onnx"). SqueezeNet 1.1 from the zoo here.
 model = zoo.get_model("squeezenet")

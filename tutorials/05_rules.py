@@ -11,8 +11,8 @@ import tempfile
 
 import taso_tvm as taso
 from taso_tvm.rules import load_rules
-from taso_tvm.rules.language import read_rule_files
-from taso_tvm.rules.verify import verify_rules
+from taso_tvm.rules.language.compile import read_rule_files
+from taso_tvm.rules.verify.verdict import verify_rules
 
 RULES = """
 # Two matmuls reading the same activation become one matmul against the concatenated weights, then a split.

@@ -42,7 +42,7 @@ optimized = seq(taso.load_onnx(model))
 #    `relax.VirtualMachine(tvm.runtime.load_module("squeezenet_cuda.so"), tvm.cuda())`.
 #    enable_cuda_codegen() makes TVM compile the kernels now (cubins), so the GPU machine needs only its driver;
 #    nvcc reads the architecture from the target in scope.
-from taso_tvm.cuda_build import device_code_formats, enable_cuda_codegen
+from taso_tvm.runtime.cuda_build import device_code_formats, enable_cuda_codegen
 
 cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
 lib_path = os.path.join(tempfile.mkdtemp(), "squeezenet_cuda.so")

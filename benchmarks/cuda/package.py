@@ -55,7 +55,7 @@ def target_for(kind: str, arch: str):
     import tvm
 
     if kind == "cuda":
-        from taso_tvm.cuda_build import enable_cuda_codegen
+        from taso_tvm.runtime.cuda_build import enable_cuda_codegen
 
         enable_cuda_codegen()  # cubins in the libraries: the GPU machine needs no nvcc
         return tvm.target.Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
@@ -83,7 +83,7 @@ def build(mod, target, path: Path) -> float:
         ex = tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
     ex.export_library(str(path))
     if target.kind.name == "cuda":
-        from taso_tvm.cuda_build import device_code_formats
+        from taso_tvm.runtime.cuda_build import device_code_formats
 
         formats = device_code_formats(path)
         if not formats or "cuda" in formats:
@@ -113,7 +113,7 @@ def package_model(name: str, args: argparse.Namespace, folder: Path, target, cos
     """Build one zoo model both ways into folder/models/NAME; returns its manifest entry."""
     from taso_tvm import load_onnx, zoo
     from taso_tvm.relay_pass import TasoOptimize
-    from taso_tvm.timing import ort_session
+    from taso_tvm.runtime.timing import ort_session
 
     kwargs = model_kwargs(name, args)
     model = zoo.get_model(name, **kwargs)
@@ -175,7 +175,7 @@ def export_search_kernels(names: list, args: argparse.Namespace, folder: Path, k
 def copy_support(folder: Path, cuda: bool, python: str, wheel_dir: Path) -> None:
     """The device scripts, the timing helper (standalone: numpy, and tvm imported lazily) and TVM's runtime for
     Python `python` (MAJOR.MINOR)."""
-    from taso_tvm import runtime_bundle, timing
+    from taso_tvm.runtime import bundle as runtime_bundle, timing
 
     shutil.copyfile(DEVICE_SCRIPT, folder / "run_on_device.py")
     shutil.copyfile(CHECK_SCRIPT, folder / "device_check.sh")
@@ -185,7 +185,7 @@ def copy_support(folder: Path, cuda: bool, python: str, wheel_dir: Path) -> None
 
 def device_python(args: argparse.Namespace) -> str:
     """The Python version (MAJOR.MINOR) that runs the package: --device-python, else this one's."""
-    from taso_tvm.runtime_bundle import python_version, this_python
+    from taso_tvm.runtime.bundle import python_version, this_python
 
     return python_version(args.device_python) if args.device_python else this_python()
 
@@ -202,7 +202,7 @@ def cost_counters(cost: Any) -> dict:
 def write_manifest(folder: Path, entries: list, kernels: Optional[dict], args: argparse.Namespace, kind: str,
                    arch: str, cost: Any) -> dict:
     import tvm
-    from taso_tvm.runtime_bundle import sha256
+    from taso_tvm.runtime.bundle import sha256
 
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     table = [{"path": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256(p)} for p in files]
@@ -238,7 +238,7 @@ def write_parts(pkg: Path, limit_bytes: int) -> Path:
     """Cut the package into folders PKG.parts/part00, part01, ... of at most `limit_bytes` each (a file larger
     than the room left is cut into chunks), for uploads one part at a time; part00 holds assemble.py, which joins
     them on the device, and parts.json."""
-    from taso_tvm import runtime_bundle
+    from taso_tvm.runtime import bundle as runtime_bundle
 
     dest = pkg.with_name(pkg.name + ".parts")
     tmp = pkg.with_name(pkg.name + ".parts.partial")
@@ -304,7 +304,7 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     if not isinstance(args.model_kwargs, dict) or not all(isinstance(v, dict) for v in args.model_kwargs.values()):
         ap.error("--model-kwargs must be a JSON object of model name -> object of arguments")
     if args.device_python:
-        from taso_tvm.runtime_bundle import python_version
+        from taso_tvm.runtime.bundle import python_version
 
         try:
             python_version(args.device_python)

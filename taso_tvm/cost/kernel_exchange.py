@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from ..errors import CostError
-from ..runtime_bundle import copy_runtime
+from ..runtime.bundle import copy_runtime
 from .backends.analytic import AnalyticBackend
 from .backends.base import Backend, Measurement
 from .cache import CostCache

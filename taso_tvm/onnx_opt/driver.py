@@ -79,7 +79,7 @@ class Capture:
 
     def __init__(self, model: onnx.ModelProto, names: Sequence[str], types: Mapping[str, onnx.TypeProto],
                  feeds: dict[str, np.ndarray]):
-        from ..check import run_onnx
+        from ..runtime.check import run_onnx
 
         m = copy.deepcopy(model)
         have = {o.name for o in m.graph.output}
@@ -104,7 +104,7 @@ def _settle_region(res: RegionResult, optimized: onnx.ModelProto, rm_inputs: Seq
     """Accept the optimized region if, shape-free at its boundary, it matches the original nodes at every binding
     (with `strict`, a mismatch raises CheckFailed instead of keeping the region as it was). `keep_out`: the
     accepted region's weights go to the weight store (the model's are kept out of it too)."""
-    from ..check import CheckFailed, compare_outputs, run_onnx
+    from ..runtime.check import CheckFailed, compare_outputs, run_onnx
 
     relaxed = relax_boundary(optimized, sym_types)
     try:
@@ -131,7 +131,7 @@ def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[
              seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs at a binding: the user's arrays where their shapes fit it, random ones elsewhere (integers drawn from
     the values the user's array holds, when there is one)."""
-    from ..check import random_feeds
+    from ..runtime.check import random_feeds
 
     feeds = random_feeds(model, shapes=binding.shapes, seed=seed)
     rng = np.random.default_rng(seed)
@@ -149,7 +149,7 @@ def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[
 def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
                  seed: int) -> Optional[Binding]:
     """The first candidate second binding at which the original model runs, or None."""
-    from ..check import CheckFailed, run_onnx
+    from ..runtime.check import CheckFailed, run_onnx
     from .prepare import second_bindings
 
     for cand in second_bindings(first, model):
@@ -199,7 +199,7 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
               fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
               rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
               standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
-    from ..check import CheckFailed, check_onnx
+    from ..runtime.check import CheckFailed, check_onnx
 
     t0 = time.monotonic()
     report = OnnxReport(nodes=len(model.graph.node))
@@ -299,7 +299,7 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
     """onnxsim's own output for the user's model (what a user would otherwise run), if it differs from the model and
     equals it at every binding checked; None where onnxsim fails, changes nothing, or the model's weights are kept
     out of it (a big model: onnxsim would hold them all once more)."""
-    from ..check import check_onnx
+    from ..runtime.check import check_onnx
     from ..quiet import quiet
 
     if weights.has_references(model):
@@ -325,7 +325,7 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     """The never-slower guard: time the original, the result (None: no rewrite) and the other equivalent models
     (`others`: (name, model), e.g. the folding alone and onnxsim's output) in one alternating run; return the
     fastest of them if it is faster than the original, else None (the original)."""
-    from ..timing import compare_onnx_models
+    from ..runtime.timing import compare_onnx_models
 
     models = [original] + ([result] if result is not None else []) + [m for _, m in others]
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
@@ -373,7 +373,7 @@ def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optional[Mapping[str, np.ndarray]],
               seed: int) -> Optional[list[Capture]]:
-    from ..check import CheckFailed
+    from ..runtime.check import CheckFailed
 
     names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
     out = []

@@ -100,9 +100,9 @@ def rule_paths(entries: list, base: str = "") -> list:
 def load_named_rules(paths: list) -> Any:
     """Read and verify rule files the user named; a rule that is refuted or unproven is an error (with the
     counterexample), not a rule silently left out."""
-    from ..rules.language import read_rule_files
+    from ..rules.language.compile import read_rule_files
     from ..rules.ruleset import RuleSet
-    from ..rules.verify import verify_rules
+    from ..rules.verify.verdict import verify_rules
 
     for p in paths:
         if not os.path.isfile(p):

@@ -17,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
+from ..runtime.check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed, check_relax, check_tolerances
 from ..graph import TensorGraph, fold_weights
 from ..graph.ops.decompose import lowering
 from ..schedule import schedule_pipeline
@@ -120,8 +120,8 @@ class TasoOptimize:
     standard_ops: the result will be written with default-domain ONNX operators only (no ONNX Runtime fused
           nodes): fused operators are lowered, and costed, as their decomposition.
     check: build the module before and after for llvm, run both on random inputs (symbolic dims bound to 1) and
-           raise `taso_tvm.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
-           (the rules of `taso_tvm.check`). Off by default: it costs two builds.
+           raise `taso_tvm.runtime.check.CheckFailed` (one line) when the outputs differ beyond check_rtol/check_atol
+           (the rules of `taso_tvm.runtime.check`). Off by default: it costs two builds.
     method: the search, "backtrack" (TASO's, the default), "egraph" (equality saturation, needs the `egraph`
            extra) or "both" (the cheaper result); also `search: {method: ...}` in a settings file.
     """

@@ -6,8 +6,10 @@
 ...     new_graph = rules.apply(graph, rule, match)  # None when not applicable
 """
 from . import op_facets  # noqa: F401  (declares and registers the rules.* operator facets)
-from .language import Rule, RuleError, compile_rule, parse_rules, read_rule_files
-from .matcher import GraphIndex, Match, apply_match, find_matches, graph_index
+from .language.compile import compile_rule, parse_rules, read_rule_files
+from .language.rule import Rule, RuleError
+from .matching.matcher import GraphIndex, Match, find_matches, graph_index
+from .matching.rewrite import apply_match
 from .ruleset import RuleSet, library_files, load_rules
 
 __all__ = ["Rule", "RuleError", "RuleSet", "Match", "GraphIndex", "compile_rule", "parse_rules", "read_rule_files",

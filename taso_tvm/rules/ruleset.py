@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Union
 
 from ..graph import TensorGraph
-from .language import Rule, read_rule_files
-from .matcher import Match, apply_match, find_matches, graph_index
+from .language.rule import Rule
+from .language.compile import read_rule_files
+from .matching.matcher import Match, find_matches, graph_index
+from .matching.rewrite import apply_match
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class RuleSet:
         """(the rules as e-graph rewrites (`eqsat.PatternRewrite`), a RuleSet of those that cannot be, left to the
         backtracking search). Built once; each untranslatable rule is named in the log once per process."""
         if self._rewrites is None:
-            from .eqsat import pattern_rewrites
+            from .matching.eqsat import pattern_rewrites
 
             rewrites, skipped = pattern_rewrites(self.rules)
             by_reason: dict = {}
@@ -136,7 +138,7 @@ def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False,
     Verification results are cached by rule hash, so a library verified once loads instantly. A rule that is not
     verified is left out with an error in the log; `allow_unverified=True` loads it anyway, with a warning.
     """
-    from .verify import verify_rules
+    from .verify.verdict import verify_rules
 
     entries = [paths] if isinstance(paths, (str, Path)) else None if paths is None else list(paths)
     files = library_files() if entries is None else [f for e in entries

@@ -210,8 +210,8 @@ class TasoGraph(Graph):
         import tvm
         from tvm import relax
 
-        from ..check import relax_inputs
-        from ..timing import measure, vm_runner
+        from ..runtime.check import relax_inputs
+        from ..runtime.timing import measure, vm_runner
 
         mod = self.to_relax()
         pipeline = "taso-schedule" if "taso-schedule" in relax.pipeline.PIPELINE_MAP else "default"
@@ -233,7 +233,7 @@ class TasoGraph(Graph):
             return graph.evaluate(feeds)
         import tvm
 
-        from ..check import run_relax
+        from ..runtime.check import run_relax
 
         mod = self.to_relax()
         ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm"}))

@@ -69,7 +69,7 @@ def build_kernel(payload: tuple, target: dict, host: Optional[dict], out_path: s
     t0 = time.perf_counter()
     try:
         if target.get("kind") == "cuda":
-            from ...cuda_build import enable_cuda_codegen
+            from ...runtime.cuda_build import enable_cuda_codegen
 
             enable_cuda_codegen()  # kernels compiled now (cubin), also on a machine without a GPU
         import tvm

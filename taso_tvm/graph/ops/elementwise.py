@@ -61,7 +61,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 # Values are NumPy object arrays of z3 Real expressions (plain numbers allowed). ReLU is exact (If); other
 # non-linear functions are uninterpreted Real -> Real functions; a / b is a * recip(b) with recip uninterpreted
 # unless b is a numeral (exact for b != 0; what IEEE gives for b == 0 is outside the real-number model anyway).
-# The slots also accept the verifier's exact polynomials (`rules.poly.Poly`): any value with a `sym_apply(name,
+# The slots also accept the verifier's exact polynomials (`rules.verify.poly.Poly`): any value with a `sym_apply(name,
 # *others)` method gets relu, the functions, recip and max through it (`z3_apply`, `z3_max`).
 _Z3_FUNCS: dict = {}
 

@@ -19,7 +19,7 @@ NaN guard torch's exports put after the softmax (`where(isnan(p), fill, p)`: a r
 (IsNaN + Where after the fused node), which gives the same result except where the value input itself holds a NaN
 (the guard then also zeroes that output, where the decomposition propagates it). ONNX Runtime's kernels
 re-associate floating-point sums (fused bias adds, one-pass moments, blocked softmax): their outputs match the
-decomposition within the tolerances of `taso_tvm.check`, not bit for bit.
+decomposition within the tolerances of `taso_tvm.runtime.check`, not bit for bit.
 """
 from __future__ import annotations
 

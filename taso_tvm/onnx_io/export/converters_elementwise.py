@@ -6,7 +6,7 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from .context import FLOAT_TYPES, ONNX_TO_NP, SIGNED_TO_UNSIGNED, onnx_dtype, prim_to_py
+from .tensor_types import FLOAT_TYPES, ONNX_TO_NP, SIGNED_TO_UNSIGNED, onnx_dtype, prim_to_py
 from .registry import register
 
 # ----------------------------------------------------------------------------- unary
@@ -170,7 +170,7 @@ def _binary(ctx, call, attrs, args):
         if fused is not None:
             return fused
     if ctx.relax_op == "relax.divide":
-        from .converters_nn import try_lrn
+        from .converters_norm_attention import try_lrn
 
         lrn = try_lrn(ctx, call, a)
         if lrn is not None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 from onnx import TensorProto
 
-from .context import static_dims
+from .tensor_types import static_dims
 
 MS = "com.microsoft"
 

@@ -6,7 +6,8 @@ from onnx import TensorProto
 
 from tvm import relax
 
-from .context import SinceAttr, onnx_dtype, prim_to_py, rank_of
+from .context import SinceAttr
+from .tensor_types import onnx_dtype, prim_to_py, rank_of
 from .converters_nn import layout_transpose
 from .registry import register
 

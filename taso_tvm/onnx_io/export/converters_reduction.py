@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .context import FLOAT_TYPES, onnx_dtype, rank_of
+from .tensor_types import FLOAT_TYPES, onnx_dtype, rank_of
 from .registry import register
 
 _REDUCE = {
@@ -186,7 +186,7 @@ def convert_argsort(ctx, call, attrs, args):
 
 @register("relax.unique")
 def convert_unique(ctx, call, attrs, args):
-    from .context import prim_to_py
+    from .tensor_types import prim_to_py
 
     x = args[0]
     a = [prim_to_py(e) for e in call.args[1:]]

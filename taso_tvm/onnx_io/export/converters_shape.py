@@ -8,15 +8,7 @@ from onnx import TensorProto, helper
 import tvm
 from tvm import relax
 
-from .context import (
-    FLOAT_TYPES,
-    ONNX_TO_NP,
-    onnx_dtype,
-    prim_to_py,
-    rank_of,
-    static_dims,
-    type_dims,
-)
+from .tensor_types import FLOAT_TYPES, ONNX_TO_NP, onnx_dtype, prim_to_py, rank_of, static_dims, type_dims
 from .registry import register
 
 INT64_MAX = np.iinfo(np.int64).max

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .context import onnx_dtype, prim_dtype, prim_to_py, type_dims
+from .tensor_types import onnx_dtype, prim_dtype, prim_to_py, type_dims
 from .registry import register
 from .tir_index import axis_map, match_pad_axis, proves_identity
 

@@ -19,7 +19,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .context import ELEM_TO_TYPESTR, ExportError, NodeSpec, SinceAttr
+from .context import ExportError, NodeSpec, SinceAttr
+from .tensor_types import ELEM_TO_TYPESTR
 
 MAX_OPSET = onnx.defs.onnx_opset_version()
 DEFAULT_MIN_OPSET = 13

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from ...graph import TensorGraph
-from ..matcher import apply_match, find_matches, graph_index
+from ..matching.matcher import find_matches, graph_index
+from ..matching.rewrite import apply_match
 from ..op_facets import commutative
 
 

@@ -16,7 +16,8 @@ from typing import Optional
 
 from ...graph import NodeStore, TensorGraph, TensorType
 from ...graph.types import GraphError
-from ..matcher import apply_match, find_matches, graph_index
+from ..matching.matcher import find_matches, graph_index
+from ..matching.rewrite import apply_match
 from .coverage import canonical_text
 from .enumerate import concrete_shape
 from .graphs import resolve

@@ -22,7 +22,7 @@ from typing import Callable, ContextManager, Optional
 
 from ...fileio import atomic_write
 from ...graph.ops import OPS, facet
-from ..language import parse_rules
+from ..language.compile import parse_rules
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
 from .emit import entry_yaml
 from .enumerate import Enumerator

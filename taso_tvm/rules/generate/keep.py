@@ -22,7 +22,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..language import RuleError, parse_rules
+from ..language.rule import RuleError
+from ..language.compile import parse_rules
 from .derive import Deriver, candidate_graphs
 from .emit import entry_yaml, rule_entry
 from .generalize import generalize, source_groups, split_variables
@@ -133,7 +134,7 @@ _AXIOMS: dict = {}  # (axiom file hash, cache path) -> (verified axioms, cache):
 def _verdict(rule, use_cache: bool) -> object:
     """The verifier's verdict on one rule. The shipped axioms are loaded and checked once per process (and again
     only when their file changes), not once per candidate: that took a fifth of a 2-D candidate's time."""
-    from ..verify import Cache, axioms_file_hash, cache_path, verify_axioms, verify_rules
+    from ..verify.verdict import Cache, axioms_file_hash, cache_path, verify_axioms, verify_rules
 
     key = (axioms_file_hash(), str(cache_path()) if use_cache else None)
     if key not in _AXIOMS:

@@ -189,7 +189,7 @@ class _RuleQuery:
 
 
 class TensorEGraph:
-    """An e-graph of one TensorGraph under a list of pattern rewrites (`rules.eqsat.PatternRewrite`)."""
+    """An e-graph of one TensorGraph under a list of pattern rewrites (`rules.matching.eqsat.PatternRewrite`)."""
 
     def __init__(self, graph: TensorGraph, rewrites: list, config: Optional[EGraphConfig] = None):
         from egglog import bindings

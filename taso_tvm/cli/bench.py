@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import errors as _errors
+from .. import errors as _errors
 
 log = logging.getLogger("taso_tvm")
 
@@ -78,7 +78,7 @@ def load_models(specs: Sequence[str], bert_layers: Optional[int]) -> list[tuple[
     """(label, ModelProto) for each zoo name or ONNX file."""
     import onnx
 
-    from . import zoo
+    from .. import zoo
 
     out = []
     for spec in specs:
@@ -110,7 +110,7 @@ def onnxsim_of(model: Any) -> tuple[Any, str]:
 def run_search(model: Any, row: BenchRow, settings: dict, shapes: Optional[dict], guard_cap: float,
                threads: int) -> Any:
     """Optimize as `taso-tvm optimize` does, twice: with an empty cost cache, then with the cache it filled."""
-    from .onnx_opt import optimize_onnx
+    from ..onnx_opt import optimize_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         old = os.environ.get("TASO_TVM_COST_CACHE")
@@ -139,8 +139,8 @@ def run_search(model: Any, row: BenchRow, settings: dict, shapes: Optional[dict]
 def time_ort(models: dict, feeds: dict, row: BenchRow, threads: int, time_cap: float, seed: int,
              spin: bool = True) -> None:
     """Time the ONNX variants together, each checked against the original first."""
-    from .check import CheckFailed, compare_outputs, run_onnx
-    from .timing import compare, ort_runner, ort_session
+    from ..runtime.check import CheckFailed, compare_outputs, run_onnx
+    from ..runtime.timing import compare, ort_runner, ort_session
 
     want = run_onnx(models["original"], feeds, threads=threads)
     runners, names = [], []
@@ -180,10 +180,10 @@ def time_tvm(model: Any, feeds: dict, row: BenchRow, shapes: Optional[dict], thr
     import tvm
     from tvm import relax
 
-    from .check import compare_outputs, run_onnx, run_relax
-    from .onnx_io import load_onnx
-    from .schedule import with_host_cpu
-    from .timing import compare, ort_runner, ort_session, vm_runner
+    from ..runtime.check import compare_outputs, run_onnx, run_relax
+    from ..onnx_io import load_onnx
+    from ..schedule import with_host_cpu
+    from ..runtime.timing import compare, ort_runner, ort_session, vm_runner
 
     want = list(run_onnx(model, feeds, threads=threads).values())
     mod = load_onnx(model, shapes=shapes)
@@ -266,7 +266,7 @@ def plot(rows: Sequence[BenchRow], path: str) -> None:
     ax.set_ylabel("speedup over the original in ONNX Runtime")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from .fileio import atomic_write
+    from ..fileio import atomic_write
 
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
     plt.close(fig)
@@ -274,7 +274,7 @@ def plot(rows: Sequence[BenchRow], path: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ main
 def bench_model(label: str, model: Any, args: argparse.Namespace, settings: dict) -> BenchRow:
-    from .check import random_feeds
+    from ..runtime.check import random_feeds
 
     row = BenchRow(label)
     shapes = args.shapes
@@ -327,8 +327,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     if args.no_spin:
         os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"  # read when TVM's pool starts
-    from .cli_model import search_settings
-    from .onnx_io import parse_shapes
+    from .common import search_settings
+    from ..onnx_io import parse_shapes
 
     args.shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     settings = search_settings(args)
@@ -341,7 +341,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(markdown(rows))
     print(f"\n{args.threads} threads; machine: {machine()}")
     if args.json:
-        from .fileio import atomic_write_text
+        from ..fileio import atomic_write_text
 
         atomic_write_text(args.json, json.dumps({"machine": machine(), "threads": args.threads,
                                                  "rows": [asdict(r) for r in rows]}, indent=1, default=str))

@@ -269,7 +269,7 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     ort.set_default_logger_severity(4)
     if isinstance(model, (bytes, str)):
         return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-    from .onnx_io.weights import ort_initializers
+    from ..onnx_io.weights import ort_initializers
 
     names, values = ort_initializers(model)  # weights kept out of the model: ORT reads them in place
     if names:

@@ -12,8 +12,8 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from .cost.config import load_cost_config
-from .errors import TasoError, is_interrupt, one_line
+from ..cost.config import load_cost_config
+from ..errors import TasoError, is_interrupt, one_line
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _graphs(path: str) -> list:
-    from .relay_pass.lift import lift_function
+    from ..relay_pass.lift import lift_function
 
     mod = _load(path)
     return [b.graph for b in lift_function(mod["main"])]
@@ -76,8 +76,8 @@ def _exchange_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _export_kernels(args: argparse.Namespace) -> int:
-    from .cost.kernel_exchange import export_kernels, recording_cost_model
-    from .relay_pass import TasoOptimize
+    from ..cost.kernel_exchange import export_kernels, recording_cost_model
+    from ..relay_pass import TasoOptimize
 
     cfg = load_cost_config(args.config, target=args.target, cache=args.cache, device=args.device)
     mod = _load(args.model)
@@ -96,7 +96,7 @@ def _export_kernels(args: argparse.Namespace) -> int:
 
 
 def _import_timings(args: argparse.Namespace) -> int:
-    from .cost.kernel_exchange import import_timings
+    from ..cost.kernel_exchange import import_timings
 
     cfg = load_cost_config(args.config, cache=args.cache)
     if cfg.cache_path is None:
@@ -119,7 +119,7 @@ def _exchange(command: str, argv: list) -> int:
 
 
 def _load(path: str):
-    from .onnx_io import load_onnx
+    from ..onnx_io import load_onnx
 
     return load_onnx(path)
 
@@ -132,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _exchange(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    from .cost.model import CostModel
+    from ..cost.model import CostModel
 
     try:
         cfg = load_cost_config(args.config, backend=args.backend, target=args.target, rpc=args.rpc,

@@ -9,19 +9,20 @@ import warnings
 from collections import Counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .cli_model import CLIError, add_model_commands
+from .model import add_model_commands
+from .common import CLIError
 
 log = logging.getLogger("taso_tvm")
 
 
 def _load_model(path: str, input_shapes: Optional[str]):
-    from .onnx_io import load_onnx, parse_shapes
+    from ..onnx_io import load_onnx, parse_shapes
 
     return load_onnx(path, shapes=parse_shapes(input_shapes) if input_shapes else None)
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from . import zoo
+    from .. import zoo
 
     if args.zoo_cmd == "list":
         for name in zoo.list_models():
@@ -32,7 +33,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         model = zoo.get_model(args.name, seed=args.seed, **kwargs)
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
-    from .fileio import atomic_write_bytes
+    from ..fileio import atomic_write_bytes
 
     _check_writable(args.output)
     atomic_write_bytes(args.output, model.SerializeToString())
@@ -41,7 +42,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
 
 def _check_writable(path: str) -> None:
-    from .fileio import writable_target
+    from ..fileio import writable_target
 
     why = writable_target(path)
     if why:
@@ -50,7 +51,7 @@ def _check_writable(path: str) -> None:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """Import a model, lift its dataflow blocks, and summarise the TensorGraph(s)."""
-    from .relay_pass.lift import lift_function
+    from ..relay_pass.lift import lift_function
     from tvm import relax
 
     mod = _load_model(args.model, args.input_shapes)
@@ -96,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-DELEGATED = {"bench": ("taso_tvm.cli_bench", "time a model as users run it, original against taso-tvm, side by side"),
-             "cost": ("taso_tvm.cli_cost", "cost of each kernel of a model and the total (TASO's cost())"),
-             "rules": ("taso_tvm.cli_rules", "verify, list and generate the rewrite rules (Z3 proofs, cached)")}
+DELEGATED = {"bench": ("taso_tvm.cli.bench", "time a model as users run it, original against taso-tvm, side by side"),
+             "cost": ("taso_tvm.cli.cost", "cost of each kernel of a model and the total (TASO's cost())"),
+             "rules": ("taso_tvm.cli.rules", "verify, list and generate the rewrite rules (Z3 proofs, cached)")}
 
 
 def _delegate(module: str, argv: list) -> int:
@@ -114,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     goes to a crash file, not the screen)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = any(a in ("-v", "--verbose") for a in argv)
-    from .quiet import native_stderr_off
+    from ..quiet import native_stderr_off
 
     root = logging.getLogger()
     handlers = list(root.handlers)
@@ -125,7 +126,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except SystemExit:  # argparse's usage errors (exit 2) and --help (exit 0)
             raise
         except BaseException as e:  # noqa: BLE001  (this is the one place that reports every error)
-            from .errors import TasoError
+            from ..errors import TasoError
 
             # after a Ctrl-C, what a library made of it (TVM: an empty RuntimeError) is the interrupt, not a bug
             return report_error(KeyboardInterrupt() if pressed and not isinstance(e, TasoError) else e, argv)
@@ -149,7 +150,7 @@ def _run(argv: list) -> int:
 
 def report_error(err: BaseException, argv: Sequence[str] = ()) -> int:
     """Print one line for `err` on stderr and return its exit status (see `main`)."""
-    from .errors import EXIT_BUG, EXIT_CHECK, EXIT_INTERRUPTED, exit_code, one_line
+    from ..errors import EXIT_BUG, EXIT_CHECK, EXIT_INTERRUPTED, exit_code, one_line
 
     code = exit_code(err)
     if isinstance(err, BrokenPipeError):  # `taso-tvm zoo list | head -1`: the reader left, nothing to say
@@ -195,7 +196,7 @@ def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
         if not folder:
             continue
         try:
-            from .fileio import atomic_write_text
+            from ..fileio import atomic_write_text
 
             os.makedirs(folder, exist_ok=True)
             path = os.path.join(folder, name)
@@ -227,7 +228,7 @@ def _first_interrupt_raises_second_exits() -> Iterator[list]:
         if len(pressed) > 1:
             import multiprocessing
 
-            from .fileio import remove_pending
+            from ..fileio import remove_pending
 
             remove_pending()
             for child in multiprocessing.active_children():  # workers (they ignore Ctrl-C) go with us
@@ -262,6 +263,3 @@ def _quiet_warnings(enabled: bool) -> Iterator[None]:
         warnings.simplefilter("ignore")
         yield
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,11 +12,12 @@ import sys
 import time
 from typing import Optional, Sequence, TextIO
 
-from .rules.generate.driver import DEFAULT_TIME_BUDGET_S
-from .rules.language import RuleError, read_rule_files
-from .rules.ruleset import RuleSet, library_files
-from .rules.verify import (Cache, VerifyResult, axioms_digest, load_axioms, rule_key, tally, verify_axioms,
-                           verify_rules)
+from ..rules.generate.driver import DEFAULT_TIME_BUDGET_S
+from ..rules.language.rule import RuleError
+from ..rules.language.compile import read_rule_files
+from ..rules.ruleset import RuleSet, library_files
+from ..rules.verify.verdict import Cache, axioms_digest, load_axioms, rule_key, verify_axioms, verify_rules
+from ..rules.verify.results import VerifyResult, tally
 
 
 def _table(rows: list, headers: list, out: TextIO) -> None:
@@ -88,8 +89,8 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
-    from .progress import Progress
-    from .rules.generate import generate_rules
+    from ..progress import Progress
+    from ..rules.generate import generate_rules
 
     def progress(total: int, desc: str) -> Progress:
         return Progress(total, desc, unit="items")

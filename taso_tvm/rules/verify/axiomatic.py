@@ -19,10 +19,10 @@ from typing import Any, Optional
 
 import z3
 
-from ..graph.ops import OPS
-from ..graph.types import freeze
-from . import expr as E
-from .language import ArgRef, Rule
+from ...graph.ops import OPS
+from ...graph.types import freeze
+from ..language import expr as E
+from ..language.rule import ArgRef, Rule
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import yaml
 
-from .. import errors as _errors
+from ... import errors as _errors
 
 
 class LMap(dict):

@@ -1,4 +1,4 @@
-"""The rule verifier: a bounded symbolic proof and TASO's axiomatic proof, both with Z3, with a persistent cache.
+"""The bounded proof of a rule, with Z3.
 
 *Bounded*: the rule is instantiated at the small shapes and attribute values that cover its choices by combination
 (`instances.py`: every combination, or every pair, plus one instance with every dim >= 4, plus *wide* instances with
@@ -14,119 +14,31 @@ uninterpreted); Z3's own normalisation, then the solver decides them. A disagree
 Before the bounded proof is declared, an *off-plan sweep* (`_sweep`) tries random assignments with every dim also
 from 1..9: where the source builds and the constraints hold, the target must build with the same types and, at small
 sizes, agree on small integer inputs (NumPy, float64): a net for rules false only beyond the verify.dims domains.
-
-*Axiomatic*: see `axiomatic.py`. Applies when every operator of the rule appears in the axioms. Its query runs
-under a Z3 resource limit (`AXIOMATIC_RLIMIT`, deterministic) as well as the rule's timeout.
-
-A rule is *verified* when the bounded proof covers its choices and succeeds, and the axiomatic proof succeeds or does
-not apply (then it is "bounded-only"). Every solver call runs in a solver process killed at a hard deadline (`solver_process.py`): "unknown" means
-"not verified", never a hang.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
-import multiprocessing
-import os
-import sys
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from ..graph import GraphError, TensorGraph
-from ..graph.tensor_graph import CycleError
-from .instances import Instance, NoInstance, content_seed, numpy_check, plan_instances, sweep_instances
-from .language import Rule, parse_rules
-from .matcher import TypeMismatch, build_target
+from ...graph import GraphError, TensorGraph
+from ...graph.tensor_graph import CycleError
+from .instances import Instance, NoInstance, content_seed, numpy_check
+from .plan import plan_instances, sweep_instances
+from ..language.rule import Rule
+from ..matching.rewrite import TypeMismatch, build_target
 from .poly import Ring, Z3Converter, lift_array
 from .solver_process import check_smt2
+from .results import MethodResult
 
 log = logging.getLogger(__name__)
 
-VERIFIER_VERSION = "taso-tvm-verify-7"  # bump when a change can alter a verdict
-LIBRARY_DIR = Path(__file__).parent / "library"
-AXIOMS_FILE = LIBRARY_DIR / "axioms.yaml"
 BOUNDED_BUDGET_S = 60.0  # per rule, all instances together
 SWEEP_TRIES = 32  # assignments the refutation sweep tries (`_sweep`)
 SWEEP_ELEMENTS = 2000  # the sweep evaluates instances with at most this many input elements
-# Z3's resource limit for one axiomatic proof (deterministic, unlike a wall-clock limit): every proof of the library
-# and the test suites takes at most ~22,000 units, and a query that cannot succeed burns ~200,000 units per second,
-# so it stops in about a second instead of at the timeout. Running out is "unknown", never "proven".
-AXIOMATIC_RLIMIT = 250_000
-
-
-STATUSES = ("verified", "refuted", "unproven")
-
-
-@dataclass
-class MethodResult:
-    method: str  # 'bounded' | 'axiomatic'
-    status: str  # 'proven' | 'refuted' | 'unknown' | 'skipped'
-    detail: str = ""
-    time: float = 0.0
-    instances: int = 0
-    counterexample: Optional[dict] = None
-    coverage: str = ""  # bounded: which combinations the instances cover
-
-
-@dataclass
-class VerifyResult:
-    rule: str
-    status: str  # 'verified' | 'refuted' | 'unproven'
-    methods: list = field(default_factory=list)
-    time: float = 0.0
-    digest: str = ""
-    cached: bool = False
-    proof: str = ""  # how a verified rule was proven: 'bounded+axiomatic' | 'bounded-only (<why>)'
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "verified"
-
-    @property
-    def counterexample(self) -> Optional[dict]:
-        for m in self.methods:
-            if m.counterexample:
-                return m.counterexample
-        return None
-
-    def method(self, name: str) -> Optional[MethodResult]:
-        return next((m for m in self.methods if m.method == name), None)
-
-    def reason(self) -> str:
-        """One line on why the rule is not verified: its counterexample (instance, detail, input values), else what
-        each method that did not prove it says."""
-        ce = self.counterexample
-        if ce:
-            parts = [ce.get("instance", ""), ce.get("detail", "")]
-            if ce.get("inputs"):
-                parts.append("inputs " + json.dumps(ce["inputs"]))
-            return "; ".join(p for p in parts if p)
-        return "; ".join(f"{m.method}: {m.detail}" for m in self.methods if m.status != "proven")
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("cached")
-        return d
-
-    @staticmethod
-    def from_dict(d: dict) -> "VerifyResult":
-        return VerifyResult(d["rule"], d["status"], [MethodResult(**m) for m in d["methods"]], d["time"],
-                            d.get("digest", ""), cached=True, proof=d.get("proof", ""))
-
-
-def tally(results: Iterable[VerifyResult]) -> Counter:
-    """How many results have each status (every status in `STATUSES` is present, 0 when none has it)."""
-    out = Counter({s: 0 for s in STATUSES})
-    out.update(r.status for r in results)
-    return out
 
 
 # ---------------------------------------------------------------- z3 evaluation
@@ -143,8 +55,8 @@ def z3_evaluate(graph: TensorGraph, refs: Iterable, symbols: dict, memo: dict, r
 
     With `ring`, the values are exact polynomials of that ring (`poly.py`): constants and every operator's outputs
     are lifted into it (TypeError / ValueError where an element is not a polynomial or a finite number)."""
-    from ..graph.ops.elementwise import z3_val
-    from ..graph.tensor_graph import weight_array
+    from ...graph.ops.elementwise import z3_val
+    from ...graph.tensor_graph import weight_array
 
     conv = z3_val if ring is None else ring.lift
 
@@ -284,8 +196,8 @@ def _check_facts(inst: Instance) -> None:
     """The rule's facts hold at the instance (else a `_Verdict`: refuted, or unknown when one is not evaluable)."""
     if not inst.rule.facts:
         return
-    from . import expr as E
-    from .matcher import MatchEnv, graph_index
+    from ..language import expr as E
+    from ..matching.matcher import MatchEnv, graph_index
 
     env = MatchEnv(inst.match, graph_index(inst.graph))
     for f in inst.rule.facts:
@@ -367,7 +279,7 @@ def _simplify_equal(x: Any, y: Any) -> bool:
 def _residual(inst: Instance, src: list, dst: list) -> list:
     """[(output, index, source element, target element)] for the elements that polynomial normalisation does not
     prove equal (a refuting `_Verdict` when an output's shape differs)."""
-    from ..graph.ops.elementwise import z3_val
+    from ...graph.ops.elementwise import z3_val
 
     residual = []
     for o, (a, b) in enumerate(zip(src, dst)):
@@ -503,290 +415,3 @@ def bounded_check(rule: Rule, timeout: Optional[float] = None, max_instances: Op
         return MethodResult("bounded", "refuted", f"off-plan sweep: {refuted[1]}", dt, proven, refuted[2],
                             plan.describe())
     return MethodResult("bounded", "proven", plan.describe(), dt, proven, coverage=plan.describe())
-
-
-# ---------------------------------------------------------------- axioms
-def load_axioms(path: Optional[Path] = None) -> list:
-    path = Path(path or AXIOMS_FILE)
-    return parse_rules(path.read_text(), str(path)) if path.exists() else []
-
-
-def axioms_digest(axioms: list) -> str:
-    h = hashlib.sha256()
-    for a in axioms:
-        h.update(a.canonical.encode())
-    return h.hexdigest()
-
-
-def axiomatic_check(rule: Rule, axioms: list, timeout: Optional[float] = None) -> MethodResult:
-    from .axiomatic import axiom_ops
-
-    t0 = time.perf_counter()
-    if not rule.verify.axiomatic:
-        return MethodResult("axiomatic", "skipped", f"disabled by the rule: {rule.verify.bounded_only}")
-    if not axioms:
-        return MethodResult("axiomatic", "skipped", "no axioms")
-    missing = rule.ops - axiom_ops(axioms)
-    if missing:
-        return MethodResult("axiomatic", "skipped", f"no axioms for {', '.join(sorted(missing))}")
-    limit = timeout or rule.verify.timeout
-    status, detail = _prove_axiomatic(rule, axioms, limit)
-    return MethodResult("axiomatic", status, detail, time.perf_counter() - t0)
-
-
-# ---------------------------------------------------------------- solver calls under a hard deadline
-def _context():
-    """The start method for solver and worker processes: forkserver (never fork: the parent may hold threads and
-    TVM state), preloading this module so a new process starts in milliseconds."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    return ctx
-
-
-@contextlib.contextmanager
-def _main_not_reimported():
-    """Start processes without re-running the caller's main script in them (forkserver and spawn children import
-    `__main__` by path, which re-runs a script that calls load_rules() at top level). Our children need only
-    this package."""
-    main = sys.modules.get("__main__")
-    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
-    try:
-        for k in saved:
-            if k == "__file__":
-                delattr(main, k)
-            else:
-                setattr(main, k, None)
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(main, k, v)
-
-
-def relevant_axioms(rule: Rule, axioms: list) -> list:
-    """The axioms a derivation of the rule can use: those whose source operators the rule has, or that the
-    target sides of such axioms introduce (closed under that). Fewer quantifiers, shorter searches."""
-    ops = set(rule.ops)
-    chosen: list = []
-    changed = True
-    while changed:
-        changed = False
-        for ax in axioms:
-            if ax in chosen:
-                continue
-            if {n.op for n in ax.source} <= ops:
-                chosen.append(ax)
-                new = {n.op for n in ax.target if n.op != "const"} - ops
-                ops |= new
-                changed = True
-    return [ax for ax in axioms if ax in chosen]
-
-
-def _prove_axiomatic(rule: Rule, axioms: list, limit: float) -> tuple:
-    """The axiomatic proof from the relevant axioms; Z3 runs in the solver process under a hard deadline."""
-    from .axiomatic import Encoder, axiom_formulas, prove
-
-    # a fresh encoder per proof: the query's text (names, declaration order) depends on the rule and its axioms
-    # alone, never on what this process encoded before, so Z3 takes the same path in every run
-    relevant = relevant_axioms(rule, axioms)
-    names = {ax.name for ax in relevant}
-    enc = Encoder()
-    status, detail = prove(rule, axioms, limit, formulas=axiom_formulas(enc, relevant), enc=enc,
-                           check=lambda solver: check_smt2(solver.to_smt2(), limit,
-                                                           {"smt.mbqi": False, "rlimit": AXIOMATIC_RLIMIT}))
-    if status == "proven":
-        return status, f"{len(names)} of {len(axioms)} axioms"
-    if "canceled" in detail or "resource limit" in detail:
-        return status, f"solver: resource limit ({AXIOMATIC_RLIMIT} units) reached"
-    return status, detail
-
-
-def verify_rule(rule: Rule, axioms: Optional[list] = None, is_axiom: bool = False,
-                axiomatic_first: bool = False) -> VerifyResult:
-    """Verify one rule (an axiom gets the bounded proof only, with a target that must build).
-
-    Verified: the bounded proof covers the rule's choices and proves every instance, and the axiomatic proof
-    succeeds, or does not apply (operators without axioms, or an opt-out with a reason: "bounded-only").
-    `axiomatic_first` (the generator's many candidates): the axiomatic proof runs first, and where it fails, only
-    the off-plan sweep looks for a counterexample (refuted, else unproven) instead of the whole bounded proof; the
-    verdict "verified" still needs both proofs."""
-    t0 = time.perf_counter()
-    if axiomatic_first and not is_axiom:
-        ax = axiomatic_check(rule, axioms or [])
-        if ax.status == "unknown":
-            t1 = time.perf_counter()
-            refuted = _sweep(rule) if rule.tgt_outputs else None
-            dt = time.perf_counter() - t1
-            if refuted is not None:
-                b = MethodResult("bounded", "refuted", f"off-plan sweep: {refuted[1]}", dt, 1, refuted[2])
-                return VerifyResult(rule.name, "refuted", [b, ax], time.perf_counter() - t0)
-            b = MethodResult("bounded", "skipped", "not run: the axiomatic proof failed (the sweep found no "
-                             "counterexample)", dt)
-            return VerifyResult(rule.name, "unproven", [b, ax], time.perf_counter() - t0)
-        methods = [bounded_check(rule), ax]
-        if methods[0].status != "proven":
-            methods = methods[:1]
-    else:
-        methods = [bounded_check(rule, strict=is_axiom)]
-        if not is_axiom and methods[0].status == "proven":
-            methods.append(axiomatic_check(rule, axioms or []))
-    b = methods[0].status
-    proof = ""
-    if b == "refuted":
-        status = "refuted"
-    elif b == "proven" and all(m.status in ("proven", "skipped") for m in methods):
-        status = "verified"
-        ax = methods[1] if len(methods) > 1 else None
-        proof = "bounded" if is_axiom else "bounded+axiomatic" if ax and ax.status == "proven" else \
-            f"bounded-only ({ax.detail if ax else 'no axioms'})"
-    else:
-        status = "unproven"
-    return VerifyResult(rule.name, status, methods, time.perf_counter() - t0, proof=proof)
-
-
-# ---------------------------------------------------------------- cache
-def cache_path() -> Path:
-    d = os.environ.get("TASO_TVM_CACHE_DIR")
-    base = Path(d) if d else Path.home() / ".cache" / "taso_tvm"
-    return base / "rules.json"
-
-
-class Cache:
-    """Verification results by rule hash, in a JSON file (merged and replaced atomically on write)."""
-
-    def __init__(self, path: Optional[Path] = None):
-        self.path = Path(path) if path else cache_path()
-        self.data = self._read()
-
-    def _read(self) -> dict:
-        try:
-            d = json.loads(self.path.read_text())
-            return d if isinstance(d, dict) and d.get("version") == VERIFIER_VERSION else {"version": VERIFIER_VERSION}
-        except (OSError, ValueError):
-            return {"version": VERIFIER_VERSION}
-
-    def get(self, key: str) -> Optional[VerifyResult]:
-        d = self.data.get("results", {}).get(key)
-        return VerifyResult.from_dict(d) if d else None
-
-    def put_many(self, items: dict) -> None:
-        if not items:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            disk = self._read()
-            disk.setdefault("results", {}).update({k: v.to_dict() for k, v in items.items()})
-            from ..fileio import atomic_write_text
-
-            atomic_write_text(str(self.path), json.dumps(disk))  # a temporary file renamed into place
-            self.data = disk
-        except OSError as err:
-            log.warning("cannot write the rule cache %s: %s", self.path, err)
-
-
-def axioms_file_hash(path: Optional[Path] = None) -> str:
-    """sha256 of the axiom file's bytes (any edit of the file re-verifies every rule)."""
-    try:
-        return hashlib.sha256(Path(path or AXIOMS_FILE).read_bytes()).hexdigest()
-    except OSError:
-        return "no-axioms-file"
-
-
-def rule_key(rule: Rule, axioms_hash: str, is_axiom: bool = False) -> str:
-    """The cache key: the verifier version, the rule's canonical form (not its name) and, for rules, the axioms
-    used (their content and the axiom file's hash)."""
-    h = hashlib.sha256()
-    h.update(VERIFIER_VERSION.encode())
-    h.update(b"axiom" if is_axiom else b"rule")
-    h.update(rule.canonical.encode())
-    if not is_axiom:
-        h.update(axioms_hash.encode())
-        h.update(axioms_file_hash().encode())
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------- batch verification
-_POOL_WORK: dict = {}
-
-
-def _pool_init(rules: list, axioms: list, is_axiom: bool, axiomatic_first: bool = False) -> None:
-    _POOL_WORK["job"] = (rules, axioms, is_axiom, axiomatic_first)
-    logging.getLogger("taso_tvm").setLevel(logging.WARNING)
-
-
-def _work(i: int) -> tuple:
-    rules, axioms, is_axiom, first = _POOL_WORK["job"]
-    return i, verify_rule(rules[i], axioms, is_axiom, first)
-
-
-def _run(rules: list, axioms: list, is_axiom: bool, jobs: int, axiomatic_first: bool = False) -> list:
-    """verify_rule for each rule, in `jobs` worker processes (forkserver; each keeps its own solver process)."""
-    if jobs <= 1 or len(rules) <= 1 or multiprocessing.current_process().daemon:
-        return [verify_rule(r, axioms, is_axiom, axiomatic_first) for r in rules]
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    out: list = [None] * len(rules)
-    with _main_not_reimported(), ProcessPoolExecutor(min(jobs, len(rules)), mp_context=_context(),
-                                                     initializer=_pool_init, initargs=(rules, axioms, is_axiom,
-                                                                                  axiomatic_first)) as pool:
-        for fut in as_completed([pool.submit(_work, i) for i in range(len(rules))]):
-            i, res = fut.result()
-            out[i] = res
-    return out
-
-
-def default_jobs() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def verify_axioms(axioms: Optional[list] = None, jobs: Optional[int] = None, use_cache: bool = True,
-                  cache: Optional[Cache] = None) -> tuple[list, list]:
-    """Bounded-check the axioms; returns (verified axioms, results)."""
-    axioms = load_axioms() if axioms is None else axioms
-    results = _verify_batch(axioms, [], True, jobs, use_cache, cache)
-    good = [a for a, r in zip(axioms, results) if r.ok]
-    for a, r in zip(axioms, results):
-        if not r.ok:
-            log.error("axiom %s is %s (%s); it is not used", a.name, r.status, r.methods[0].detail)
-    return good, results
-
-
-def _verify_batch(rules: list, axioms: list, is_axiom: bool, jobs: Optional[int], use_cache: bool,
-                  cache: Optional[Cache], axiomatic_first: bool = False) -> list:
-    cache = cache or (Cache() if use_cache else None)
-    ah = axioms_digest(axioms)
-    keys = [rule_key(r, ah, is_axiom) for r in rules]
-    results: list = [None] * len(rules)
-    todo = []
-    for i, (r, k) in enumerate(zip(rules, keys)):
-        hit = cache.get(k) if cache is not None else None
-        if hit is not None:
-            hit.digest, hit.rule = k, r.name  # the key is the rule's content: the name may differ
-            results[i] = hit
-        else:
-            todo.append(i)
-    if todo:
-        log.info("verifying %d %s(s)", len(todo), "axiom" if is_axiom else "rule")
-        fresh = _run([rules[i] for i in todo], axioms, is_axiom, jobs or default_jobs(), axiomatic_first)
-        store = {}
-        for i, res in zip(todo, fresh):
-            res.digest = keys[i]
-            results[i] = res
-            if res.status in ("verified", "refuted"):
-                store[keys[i]] = res
-        if cache is not None:
-            cache.put_many(store)
-    return results
-
-
-def verify_rules(rules: list, jobs: Optional[int] = None, use_cache: bool = True,
-                 axioms: Optional[list] = None, cache: Optional[Cache] = None,
-                 axiomatic_first: bool = False) -> list:
-    """Verify rules (cached by rule hash). Axioms default to the shipped ones, themselves verified first.
-    `axiomatic_first`: see `verify_rule` (the same verdicts, sooner for rules the axioms do not prove)."""
-    cache = cache or (Cache() if use_cache else None)
-    if axioms is None:
-        axioms, _ = verify_axioms(jobs=jobs, use_cache=use_cache, cache=cache)
-    return _verify_batch(rules, axioms, False, jobs, use_cache, cache, axiomatic_first)

@@ -336,7 +336,7 @@ class Z3Converter:
     def atom(self, i: int) -> Any:
         import z3
 
-        from ..graph.ops.elementwise import z3_fn
+        from ...graph.ops.elementwise import z3_fn
 
         z = self._atoms.get(i)
         if z is not None:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import errors as _errors
+from .. import errors as _errors
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def _onnx_model(model: Any) -> Any:
 
     if isinstance(model, onnx.ModelProto):
         return model
-    from .onnx_io import read_onnx
+    from ..onnx_io import read_onnx
 
     return read_onnx(model)[0]
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from .. import errors as _errors
+from ... import errors as _errors
 
 
 class ExprError(_errors.RuleFileError, ValueError):

@@ -22,12 +22,14 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ..graph import GraphError, TensorGraph
-from ..graph.tensor_graph import NodeStore
-from . import expr as E, op_facets
-from .language import Rule
-from .matcher import (Match, MatchEnv, _bind_attrs, _compiled, _conjuncts, _const_equal,
-                      _required_ranks, build_target, constraints_hold, graph_index)
+from ...graph import GraphError, TensorGraph
+from ...graph.tensor_graph import NodeStore
+from ..language import expr as E
+from .. import op_facets
+from ..language.rule import Rule
+from .matcher import (Match, MatchEnv, _bind_attrs, _compiled, _conjuncts, _const_equal, _required_ranks,
+                      constraints_hold, graph_index)
+from .rewrite import build_target
 
 log = logging.getLogger(__name__)
 

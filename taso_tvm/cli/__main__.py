@@ -1,0 +1,6 @@
+"""`python -m taso_tvm.cli ...`: the `taso-tvm` command."""
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""What the model commands (`model.py`: optimize, convert; `compile.py`: compile, run) share: `CLIError`, the search
+settings and the target from the arguments, reading and writing ONNX models, the tolerances."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Optional
+
+from ..runtime.check import CheckError, check_tolerances
+from .. import errors as _errors
+
+
+class CLIError(_errors.SettingsError):
+    """A user error: printed as one line, exit status 2."""
+
+
+# ----------------------------------------------------------------------------------------- settings
+def search_settings(args: argparse.Namespace) -> dict:
+    """TasoOptimize keyword arguments from --config and the search flags (flags win)."""
+    from ..relay_pass.settings import SettingsError, resolve_settings
+    from ..search import SearchConfig
+
+    rules = None
+    if getattr(args, "rules", None):  # added to the library (a settings file's `rules:` list may replace it)
+        from ..relay_pass.settings import load_named_rules, rule_paths
+        from ..rules.ruleset import LIBRARY_ENTRY
+
+        rules = load_named_rules(rule_paths([LIBRARY_ENTRY] + list(args.rules)))
+    try:
+        s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
+                             budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
+                             cost=getattr(args, "cost_backend", None), rules=rules,
+                             method=getattr(args, "search", None))
+        SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size", "method")}).validate()
+    except (SettingsError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    s["target"] = parse_target(args.target) if getattr(args, "target", None) else None
+    return s
+
+
+def parse_target(text: Optional[str]) -> Any:
+    """llvm, cuda (sm_90 by default) or a JSON target dict -> tvm.target.Target (the cost model's parser)."""
+    import tvm
+
+    from ..cost.config import CostConfigError
+    from ..cost.config import parse_target as target_dict
+
+    try:
+        spec = target_dict(text or "llvm")
+    except CostConfigError as e:
+        raise CLIError(str(e)) from None
+    host = spec.pop("host", None)
+    if spec["kind"] == "llvm":
+        from ..schedule import with_host_cpu
+
+        spec = with_host_cpu(spec)  # a bare llvm target would get generic x86-64 code: build for this CPU
+    if spec["kind"] == "cuda":
+        spec.setdefault("arch", "sm_90")
+        host = host or {"kind": "llvm"}
+    try:
+        return tvm.target.Target(spec, host=host) if host else tvm.target.Target(spec)
+    except Exception as e:  # TVM raises several types for bad target dicts
+        raise CLIError(f"unknown target {text}: {str(e).splitlines()[-1]}") from None
+
+
+def _writable(*paths: Optional[str]) -> None:
+    from ..fileio import writable_target
+
+    for path in paths:
+        if path:
+            why = writable_target(path)
+            if why:
+                raise CLIError(why)
+
+
+def save_model(model: Any, path: str, external_data: str = "auto", source: Any = None) -> None:
+    """Write an ONNX model atomically (temporary files renamed into place), its weights in one data file beside
+    it (PATH.data) as `external_data` says (auto: when `source`, the model read, had external data, or the
+    model is over 1.8 GB)."""
+    from ..onnx_io.weights import has_data_files, save
+    from ..progress import Progress, phase
+
+    with phase("writing"), Progress(len(model.graph.initializer), "writing weights", unit="tensors") as p:
+        save(model, path, external_data, source is not None and has_data_files(source), progress=p)
+
+
+def read_model(path: str, keep_invalid: bool = False) -> tuple[Any, str]:
+    """(the model, '') or, with `keep_invalid`, (the model, why ONNX's checker refuses it); a model the checker
+    refuses is bad input otherwise (exit 2, one line)."""
+    from ..onnx_io import ModelLoadError, read_onnx
+    from ..onnx_io.sanity import checker_problem
+    from ..progress import phase
+
+    with phase("reading"):
+        proto, label = read_onnx(path)
+    with phase("onnx.checker"):
+        why = checker_problem(proto)
+    if why and not keep_invalid:
+        raise ModelLoadError(f"{label} is not a valid ONNX model (onnx.checker): {why}")
+    return proto, why
+
+
+def _tolerances(args: argparse.Namespace) -> None:
+    try:
+        check_tolerances(args.rtol, args.atol)
+    except CheckError as e:
+        raise CLIError(str(e)) from None

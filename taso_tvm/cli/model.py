@@ -1,0 +1,238 @@
+"""The model commands of `taso-tvm`: optimize and convert (ONNX to ONNX, with the safety net that checks outputs),
+and the parsers of every model command (compile and run: `compile.py`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+from ..runtime.check import compare, random_feeds, run_onnx
+from .common import CLIError, _tolerances, _writable, read_model, save_model, search_settings
+from .compile import _trials, cmd_compile, cmd_run
+
+log = logging.getLogger("taso_tvm")
+
+
+# ----------------------------------------------------------------------------------------- checking
+def ort_outputs(model: Any, feeds: dict) -> list:
+    """The model's outputs in ONNX Runtime, in graph order."""
+    return list(run_onnx(model, feeds).values())
+
+
+# ----------------------------------------------------------------------------------------- commands
+def _onnx_summary(report: Any, out: str) -> str:
+    lines = [""]
+    share = f"{report.searchable} of {report.nodes} ({100 * report.share_searchable:.0f} %)"
+    lines.append(f"{'nodes searched':24s}{share}, in {len(report.regions)} region(s)")
+    if report.folded_nodes:
+        lines.append(f"{'folded into constants':24s}{report.folded_nodes} node(s) whose values depend on no "
+                     "symbolic dim")
+    if report.not_searched:
+        top = sorted(report.not_searched.items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"{'left as they were':24s}" + "; ".join(f"{n} {why}" for why, n in top))
+    if report.bindings and report.bindings[0]:
+        lines.append(f"{'symbolic dims':24s}costed at {_dims(report.bindings[0])}; checked at "
+                     + " and ".join(_dims(b) for b in report.bindings))
+    ops_b, ops_a = report.operators
+    lines.append(f"{'operators searched':24s}{ops_b} -> {ops_a}")
+    cost_b, cost_a = report.cost
+    lines.append(f"{'predicted cost':24s}{cost_b:.4g} -> {cost_a:.4g}")
+    expanded = sum(r.expanded for r in report.regions)
+    seconds = sum(r.seconds for r in report.regions)
+    stops = sorted({r.stopped_by for r in report.regions if r.stopped_by})
+    lines.append(f"{'search':24s}{expanded} graphs expanded, {seconds:.2f} s, stopped: {', '.join(stops) or '-'}")
+    if "time" in stops:
+        lines.append("time limit reached: the best graph found so far was used")
+    applied = report.rules_applied
+    lines.append(f"{'rules applied':24s}" + (", ".join(f"{k} x{v}" for k, v in applied.most_common()) or "none"))
+    t = report.timing
+    if t is not None:
+        lines.append(f"{'latency (ONNX Runtime)':24s}original {t.latencies[0].median * 1e3:.3f} ms, "
+                     f"{t.rounds} rounds alternating with:")
+        for lat, r in zip(t.latencies[1:], t.ratios):  # the result and the other equivalent models timed
+            lines.append(f"{'':24s}{lat.name} {lat.median * 1e3:.3f} ms: ratio {r.ratio:.3f} "
+                         f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}] ({r.verdict})")
+    lines.append(f"{'written':24s}{report.decision}")
+    lines.append(f"{'total time':24s}{report.seconds:.2f} s")
+    lines.append(f"written to {out}")
+    return "\n".join(lines)
+
+
+def _dims(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()))
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from ..onnx_io import parse_shapes
+
+    t0 = time.monotonic()
+    _writable(args.output, args.report)
+    _tolerances(args)
+    settings = search_settings(args)
+    shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
+    proto, invalid = read_model(args.model, args.keep_invalid)
+    if invalid:
+        save_model(proto, args.output, args.external_data, proto)
+        print(f"written to {args.output} unchanged: onnx.checker refuses the model ({invalid})")
+        return 0
+    if args.no_search:
+        return _convert(proto, shapes, args)
+    from ..onnx_opt import PrepareError, optimize_onnx
+    from ..relay_pass.settings import search_scope
+
+    search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
+    search["target"] = settings.get("target")
+    inputs = _read_inputs(args.inputs) if args.inputs else None
+    try:
+        with search_scope(method=settings["method"]):  # the ONNX optimizer makes the passes; they read it here
+            out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
+                                              inputs=inputs, check=not args.no_check,
+                                              time_check=not args.no_time_check, time_cap=args.time_cap,
+                                              threads=args.threads, rtol=args.rtol, atol=args.atol,
+                                              standard_ops=args.standard_ops)
+    except PrepareError as e:
+        raise CLIError(str(e)) from None
+    save_model(out_model, args.output, args.external_data, proto)
+    print(_onnx_summary(report, args.output))
+    if args.report:
+        _write_report(args.report, report, args, time.monotonic() - t0)
+    return 0
+
+
+def _read_inputs(path: str) -> dict:
+    """Sample inputs from an .npz (arrays named like the graph inputs)."""
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise CLIError(f"cannot read inputs '{path}': {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                       ) from None
+
+
+def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> int:
+    """`optimize --no-search`: import into Relax and export back (the convert tool)."""
+    from ..api import export_onnx
+    from ..onnx_io import load_onnx
+
+    out_model = export_onnx(load_onnx(proto, shapes=shapes), like=proto)
+    if not args.no_check:
+        feeds = random_feeds(proto, shapes)
+        compare([o.name for o in proto.graph.output], ort_outputs(out_model, feeds), ort_outputs(proto, feeds),
+                args.rtol, args.atol)
+    save_model(out_model, args.output, args.external_data, proto)
+    print(f"written to {args.output} ({len(out_model.graph.node)} nodes)")
+    return 0
+
+
+def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: float) -> None:
+    from ..fileio import atomic_write_text
+
+    t = report.timing
+    data = {"model": args.model, "output": args.output, "decision": report.decision, "nodes": report.nodes,
+            "nodes_searched": report.searchable, "share_searched": report.share_searchable,
+            "nodes_folded": report.folded_nodes,
+            "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
+            "rules_applied": dict(report.rules_applied), "seconds": seconds,
+            "operators_before": report.operators[0], "operators_after": report.operators[1],
+            "cost_before": report.cost[0], "cost_after": report.cost[1],
+            "regions": [{"index": r.region.index, "nodes": len(r.region.nodes), "accepted": r.accepted is not None,
+                         "cost_before": r.cost_before, "cost_after": r.cost_after, "ops_before": r.ops_before,
+                         "ops_after": r.ops_after, "rules_applied": r.rules_applied, "note": r.note,
+                         "seconds": r.seconds} for r in report.regions]}
+    if t is not None:
+        data["latency"] = {"original_ms": t.latencies[0].median * 1e3, "rounds": t.rounds,
+                           "candidates": {lat.name: {"ms": lat.median * 1e3, "ratio": r.ratio, "ci": list(r.ci),
+                                                     "verdict": r.verdict}
+                                          for lat, r in zip(t.latencies[1:], t.ratios)}}
+    atomic_write_text(path, json.dumps(data, indent=2))
+
+
+def add_model_commands(sub: Any) -> None:
+    from ..onnx_io.weights import EXTERNAL_MODES
+    from ..search import METHODS, SearchConfig
+
+    def common(p: argparse.ArgumentParser, search: bool = True) -> None:
+        p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '
+                       '(optimize keeps symbolic dims symbolic unless --fix-shapes; default binding: 1 for a '
+                       'symbolic dim on axis 0, 64 elsewhere)')
+        if search:
+            p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
+            p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best "
+                           f"(default {SearchConfig.alpha})")
+            p.add_argument("--budget", type=int, help=f"graphs expanded per region (default {SearchConfig.budget})")
+            p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
+            p.add_argument("--search", choices=list(METHODS), help="the search: TASO's backtracking, equality "
+                           "saturation (e-graph; needs the egraph extra) or both, keeping the cheaper result "
+                           f"(default {SearchConfig.method})")
+            p.add_argument("--rules", action="append", metavar="FILE",
+                           help="a rule file to search with besides the shipped library, e.g. one written by "
+                                "`taso-tvm rules generate` (repeatable; every rule in it must verify)")
+            p.add_argument("--cost-backend", choices=["auto", "analytic", "tvm", "ort"],
+                           help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "
+                                "on the target for compile)")
+            p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")
+            p.add_argument("--rtol", type=float, default=1e-3)
+            p.add_argument("--atol", type=float, default=1e-4)
+
+    o = sub.add_parser("optimize", help="optimize an ONNX model and write ONNX")
+    o.add_argument("model")
+    o.add_argument("-o", "--output", required=True)
+    o.add_argument("--report", help="write a JSON report of the search")
+    o.add_argument("--no-search", action="store_true", help="import and export only (a Relax round trip)")
+    o.add_argument("--target", default=None, help="target the cost model measures on (llvm, cuda or JSON)")
+    o.add_argument("--fix-shapes", action="store_true",
+                   help="bake the --input-shapes (or the default binding) into the output instead of keeping "
+                        "symbolic dims")
+    o.add_argument("--no-time-check", action="store_true",
+                   help="write the rewrite without timing it against the original in ONNX Runtime")
+    o.add_argument("--time-cap", type=float, default=20.0,
+                   help="seconds the original-vs-optimized timing may take (default 20)")
+    o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
+    o.add_argument("--inputs", help="sample inputs (.npz, arrays named like the graph inputs) for the checks, "
+                                    "where random ones would not do (a sample rate, token ids)")
+    o.add_argument("--external-data", choices=EXTERNAL_MODES, default="auto",
+                   help="write the weights to one data file beside the output (OUTPUT.data): auto (default) when "
+                        "the input has external data or the output is over 1.8 GB, always, or never (under 2 GB)")
+    o.add_argument("--keep-invalid", action="store_true",
+                   help="write a model ONNX's checker refuses unchanged (exit 0) instead of refusing it (exit 2)")
+    o.add_argument("--standard-ops", action="store_true",
+                   help="write default-domain ONNX operators only, for runtimes other than ONNX Runtime (TensorRT, "
+                        "OpenVINO, TVM): no ONNX Runtime fused operators (com.microsoft MultiHeadAttention, ...)")
+    common(o)
+    o.set_defaults(func=cmd_optimize)
+
+    c = sub.add_parser("compile", help="optimize and build an ONNX model into a TVM library (.so)")
+    c.add_argument("model")
+    c.add_argument("--target", required=True, help="llvm, cuda or a JSON target dict")
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("--no-optimize", action="store_true", help="build without the TASO search")
+    c.add_argument("--no-time-check", action="store_true",
+                   help="keep the optimized module without timing it against the original (llvm only)")
+    c.add_argument("--time-cap", type=float, default=20.0,
+                   help="seconds the original-vs-optimized timing may take (default 20)")
+    c.add_argument("--threads", type=int, default=0,
+                   help="TVM runtime threads for the checks and timing (default: TVM's, the physical cores)")
+    c.add_argument("--no-schedule", action="store_true",
+                   help="build with TVM's default pipeline instead of the CPU schedules (llvm)")
+    c.add_argument("--tune", type=_trials, metavar="TRIALS",
+                   help="tune the kernels with MetaSchedule for TRIALS trials in all (llvm; needs taso-tvm[tune]); "
+                        "each kernel keeps the faster of its tuned and its CPU schedule")
+    c.add_argument("--tuning-db", metavar="DIR",
+                   help="the tuning database folder (created if missing; default ~/.cache/taso_tvm/tuning-db or "
+                        "$TASO_TVM_TUNING_DB); trials it already holds are not run again")
+    common(c)
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("run", help="run a compiled module")
+    r.add_argument("module")
+    r.add_argument("--inputs", help=".npz with the inputs in parameter order")
+    r.add_argument("--outputs", help="write the outputs to this .npz")
+    r.add_argument("--print-time", action="store_true")
+    r.add_argument("--repeat", type=int, default=10)
+    r.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    r.add_argument("--threads", type=int, default=0, help="TVM runtime threads on cpu (default: TVM's)")
+    r.set_defaults(func=cmd_run)
