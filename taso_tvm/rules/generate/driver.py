@@ -24,6 +24,7 @@ from ...fileio import atomic_write
 from ...graph.ops import OPS, facet
 from ..language.compile import parse_rules
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
+from ..verify.verdict import main_not_reimported
 from .emit import entry_yaml
 from .enumerate import Enumerator
 from .keep import Item, Keeper, reversed_candidate
@@ -250,22 +251,10 @@ def _pool_ctx():
 @contextlib.contextmanager
 def _workers(jobs: int, **kw):
     """A process pool whose workers do not re-run the caller's `__main__` script (they need only this package)."""
-    import sys
     from concurrent.futures import ProcessPoolExecutor
 
-    main = sys.modules.get("__main__")
-    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
-    try:
-        for k in saved:
-            if k == "__file__":
-                delattr(main, k)
-            else:
-                setattr(main, k, None)
-        with ProcessPoolExecutor(jobs, mp_context=_pool_ctx(), **kw) as ex:
-            yield ex
-    finally:
-        for k, v in saved.items():
-            setattr(main, k, v)
+    with main_not_reimported(), ProcessPoolExecutor(jobs, mp_context=_pool_ctx(), **kw) as ex:
+        yield ex
 
 
 class Buckets:

@@ -78,7 +78,7 @@ def _context():
 
 
 @contextlib.contextmanager
-def _main_not_reimported():
+def main_not_reimported():
     """Start processes without re-running the caller's main script in them (forkserver and spawn children import
     `__main__` by path, which re-runs a script that calls load_rules() at top level). Our children need only
     this package."""
@@ -259,7 +259,7 @@ def _run(rules: list, axioms: list, is_axiom: bool, jobs: int, axiomatic_first: 
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     out: list = [None] * len(rules)
-    with _main_not_reimported(), ProcessPoolExecutor(min(jobs, len(rules)), mp_context=_context(),
+    with main_not_reimported(), ProcessPoolExecutor(min(jobs, len(rules)), mp_context=_context(),
                                                      initializer=_pool_init, initargs=(rules, axioms, is_axiom,
                                                                                   axiomatic_first)) as pool:
         for fut in as_completed([pool.submit(_work, i) for i in range(len(rules))]):
