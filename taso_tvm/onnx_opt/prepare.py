@@ -68,6 +68,7 @@ class Prepared:
     model: onnx.ModelProto
     folded: list[Folded] = field(default_factory=list)
     folding_used: bool = True
+    _dependent: dict = field(default_factory=dict, repr=False)  # dim_dependent_inputs, per node (it compares arrays)
 
     @property
     def first(self) -> Folded:
@@ -82,11 +83,16 @@ class Prepared:
         one binding and not at the other)."""
         return bool(self.dim_dependent_inputs(index))
 
-    def dim_dependent_inputs(self, index: int) -> set:
+    def dim_dependent_inputs(self, index: int) -> frozenset:
         """The input positions of node `index` whose folded constant depends on a symbolic dim ({-1}: the node is
         folded at one binding and not at the other)."""
         if not self.symbolic:
-            return set()
+            return frozenset()
+        if index not in self._dependent:
+            self._dependent[index] = frozenset(self._compare_bindings(index))
+        return self._dependent[index]
+
+    def _compare_bindings(self, index: int) -> set:
         a, b = self.folded[0], self.folded[1]
         if (index in a.kept) != (index in b.kept):
             return {-1}

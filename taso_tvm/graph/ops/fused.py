@@ -191,15 +191,21 @@ def _erf_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     return [e.op("mul", e.op("mul", v, e.op("add", e.op("erf", e.op("mul", v, r)), o)), h)]
 
 
-def _erf_gelu_check(t: Sequence[TensorType], a: dict) -> None:
-    if len(t) not in (4, 5) or any(c.size != 1 for c in t[-3:]):
-        raise GraphError("erf_gelu: takes x[, bias], and three one-element constants r, o, h")
-    if len(t) == 5 and t[1].shape != (t[0].shape[-1],):
-        raise GraphError(f"erf_gelu: bias {t[1].shape} is not a vector of the last axis of {t[0].shape}")
+def _gelu_form_check(name: str, constants: str) -> Any:
+    """The check of a GELU form taking x[, bias] and then one-element constants (their names, space-separated)."""
+    n = len(constants.split())
+
+    def check(t: Sequence[TensorType], a: dict) -> None:
+        if len(t) not in (n + 1, n + 2) or any(c.size != 1 for c in t[-n:]):
+            raise GraphError(f"{name}: takes x[, bias], and {n} one-element constants {constants}")
+        if len(t) == n + 2 and t[1].shape != (t[0].shape[-1],):
+            raise GraphError(f"{name}: bias {t[1].shape} is not a vector of the last axis of {t[0].shape}")
+
+    return check
 
 
 ERF_GELU = register_decomposed(
-    "erf_gelu", None, _erf_gelu, attrs={}, check=_erf_gelu_check,
+    "erf_gelu", None, _erf_gelu, attrs={}, check=_gelu_form_check("erf_gelu", "r o h"),
     doc="x (erf(x r) + o) h (of x + bias with five inputs): GELU when r = 1/sqrt 2, o = 1, h = 1/2")
 
 
@@ -213,15 +219,8 @@ def _tanh_gelu(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     return [e.op("mul", e.op("mul", v, e.op("add", t, o)), h)]
 
 
-def _tanh_gelu_check(t: Sequence[TensorType], a: dict) -> None:
-    if len(t) not in (5, 6) or any(c.size != 1 for c in t[-4:]):
-        raise GraphError("tanh_gelu: takes x[, bias], and four one-element constants k, c, o, h")
-    if len(t) == 6 and t[1].shape != (t[0].shape[-1],):
-        raise GraphError(f"tanh_gelu: bias {t[1].shape} is not a vector of the last axis of {t[0].shape}")
-
-
 TANH_GELU = register_decomposed(
-    "tanh_gelu", None, _tanh_gelu, attrs={}, check=_tanh_gelu_check,
+    "tanh_gelu", None, _tanh_gelu, attrs={}, check=_gelu_form_check("tanh_gelu", "k c o h"),
     doc="x (tanh((x + c x³) k) + o) h (of x + bias with six inputs): GELU's tanh form when k = sqrt(2/pi), "
         "c = 0.044715, o = 1, h = 1/2")
 
@@ -273,5 +272,5 @@ FUSED_MATMUL = register_decomposed(
 FUSED_OPS = ("mha", "attention", "skip_layernorm", "bias_gelu", "fast_gelu", "quick_gelu", "fused_matmul", "erf_gelu",
              "tanh_gelu")
 
-__all__ = ["FUSED_OPS", "ERF_GELU", "TANH_GELU", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU", "QUICK_GELU",
-           "FUSED_MATMUL"]
+__all__ = ["FUSED_OPS", "ERF_GELU", "TANH_GELU", "MHA", "ATTENTION", "SKIP_LAYERNORM", "BIAS_GELU", "FAST_GELU",
+           "QUICK_GELU", "FUSED_MATMUL"]

@@ -128,38 +128,36 @@ def convert_fast_gelu(ctx, call, attrs, args) -> str:
 
 
 GELU_CONSTANTS = (1 / np.sqrt(2.0), 1.0, 0.5)  # r, o, h of erf_gelu that make it GELU
+TANH_GELU_CONSTANTS = (np.sqrt(2 / np.pi), 0.044715, 1.0, 0.5)  # k, c, o, h of tanh_gelu that make it FastGelu
 GELU_RTOL = 1e-6  # float32 rounding of the exporters' constants
+
+
+def _gelu_inputs(ctx, call, args, constants: tuple) -> Optional[list]:
+    """[x] or [x, bias] of a GELU form whose trailing constant inputs are `constants` (to float32 rounding) and
+    whose bias, when it has one, is a vector of x's last axis; None otherwise (the decomposition is written)."""
+    n = len(constants)
+    consts = [_scalar(ctx, a) for a in args[len(args) - n:]]
+    if any(c is None for c in consts) or not np.allclose(consts, constants, rtol=GELU_RTOL, atol=0):
+        return None
+    if len(args) == n + 1:
+        return [args[0]]
+    b, h = static_dims(call.args[1].ty), static_dims(call.args[0].ty)
+    return None if b is None or h is None or b != h[-1:] else [args[0], args[1]]
 
 
 @register_fused("erf_gelu")
 def convert_erf_gelu(ctx, call, attrs, args) -> Optional[str]:
-    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 3, len(args))]
-    if any(c is None for c in consts) or not np.allclose(consts, GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+    inputs = _gelu_inputs(ctx, call, args, GELU_CONSTANTS)
+    if inputs is None:
         return None
-    x = args[0]
-    if len(args) == 5:
-        b = static_dims(call.args[1].ty)
-        h = static_dims(call.args[0].ty)
-        if b is None or h is None or b != h[-1:]:
-            return None
-        return ctx.node("BiasGelu", [x, args[1]], domain=MS, out_types=[_elem(ctx, x)])[0]
-    return ctx.node("Gelu", [x], domain=MS, out_types=[_elem(ctx, x)])[0]
-
-
-TANH_GELU_CONSTANTS = (np.sqrt(2 / np.pi), 0.044715, 1.0, 0.5)  # k, c, o, h of tanh_gelu that make it FastGelu
+    return ctx.node("BiasGelu" if len(inputs) == 2 else "Gelu", inputs, domain=MS, out_types=[_elem(ctx, args[0])])[0]
 
 
 @register_fused("tanh_gelu")
 def convert_tanh_gelu(ctx, call, attrs, args) -> Optional[str]:
-    consts = [_scalar(ctx, args[i]) for i in range(len(args) - 4, len(args))]
-    if any(c is None for c in consts) or not np.allclose(consts, TANH_GELU_CONSTANTS, rtol=GELU_RTOL, atol=0):
+    inputs = _gelu_inputs(ctx, call, args, TANH_GELU_CONSTANTS)
+    if inputs is None:
         return None
-    inputs = [args[0]]
-    if len(args) == 6:
-        b, h = static_dims(call.args[1].ty), static_dims(call.args[0].ty)
-        if b is None or h is None or b != h[-1:]:
-            return None
-        inputs.append(args[1])
     return ctx.node("FastGelu", inputs, domain=MS, out_types=[_elem(ctx, args[0])])[0]
 
 
