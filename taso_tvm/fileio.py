@@ -75,3 +75,35 @@ def writable_target(path: str) -> str:
     if not os.access(folder, os.W_OK):
         return f"cannot write '{path}': directory '{folder}' is not writable"
     return ""
+
+
+def _identity(path: str) -> tuple:
+    """What a path names: its (device, inode) when it exists (so hard links and symlinks to one file agree), else
+    its absolute path with every symlink in it resolved."""
+    real = os.path.realpath(os.fspath(path))
+    try:
+        st = os.stat(real)
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", os.path.normcase(real))
+
+
+def path_collision(reads: "list[tuple[str, str]]", writes: "list[tuple[str, str]]") -> str:
+    """Why the (label, path) pairs a command writes cannot be written: one names a file it reads, or two name one
+    file (after symlinks, hard links and `..` are resolved); '' when every path is distinct. Call it before any
+    work, so that nothing is written when it says no."""
+    seen: dict = {}
+    for label, path in reads:
+        if path:
+            seen.setdefault(_identity(path), ("reads", label, path))
+    for label, path in writes:
+        if not path:
+            continue
+        key = _identity(path)
+        if key in seen:
+            kind, other, other_path = seen[key]
+            role = "which this command reads" if kind == "reads" else "which this command also writes"
+            return (f"{label} '{path}' is the same file as {other} '{other_path}', {role}: refusing to run "
+                    f"(nothing written)")
+        seen[key] = ("writes", label, path)
+    return ""

@@ -324,6 +324,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads < 1 or args.time_cap <= 0 or args.guard_cap <= 0:
         raise BenchError("--threads, --time-cap and --guard-cap must be positive")
+    from .common import check_paths
+
+    check_paths([("--config", args.config)] + [("the model", m) for m in args.models if os.path.isfile(m)],
+                [("--json", args.json), ("--plot", args.plot)])
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     if args.no_spin:
         os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"  # read when TVM's pool starts

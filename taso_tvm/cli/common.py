@@ -72,6 +72,23 @@ def _writable(*paths: Optional[str]) -> None:
                 raise CLIError(why)
 
 
+def check_paths(reads: list, writes: list) -> None:
+    """Refuse (one line, exit 2, before any work) when a path the command writes names a file it reads or another
+    path it writes: `reads` and `writes` are (label, path) pairs; empty paths are skipped."""
+    from ..fileio import path_collision
+
+    why = path_collision([(label, p) for label, p in reads if p], [(label, p) for label, p in writes if p])
+    if why:
+        raise CLIError(why)
+
+
+def setting_reads(args: argparse.Namespace) -> list:
+    """(label, path) of the settings files a model command reads: --config, each --rules, --inputs."""
+    reads = [("--config", getattr(args, "config", None))]
+    reads += [("--rules", r) for r in (getattr(args, "rules", None) or [])]
+    return reads + [("--inputs", getattr(args, "inputs", None))]
+
+
 def save_model(model: Any, path: str, external_data: str = "auto", source: Any = None) -> None:
     """Write an ONNX model atomically (temporary files renamed into place), its weights in one data file beside
     it (PATH.data) as `external_data` says (auto: when `source`, the model read, had external data, or the

@@ -3,7 +3,6 @@ the original and timed) and run (a compiled module)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
@@ -13,7 +12,9 @@ from typing import Any, Optional
 import numpy as np
 
 from ..runtime.check import compare, random_feeds
-from .common import CLIError, _tolerances, _writable, parse_target, read_model, search_settings
+from ..runtime.library import signature_path, write_library
+from .common import (CLIError, _tolerances, _writable, check_paths, parse_target, read_model, search_settings,
+                     setting_reads)
 
 log = logging.getLogger("taso_tvm")
 
@@ -71,19 +72,6 @@ def _import_for_tvm(proto: Any, shapes: Optional[dict]) -> Any:
         return mod
 
 
-def _export_library(ex: Any, path: str) -> None:
-    """ex.export_library into a temporary file beside `path` (same suffix), renamed into place."""
-    folder, base = os.path.split(os.path.abspath(path))
-    root, ext = os.path.splitext(base)
-    tmp = os.path.join(folder, f".{root}.{os.getpid()}.part{ext or '.so'}")
-    try:
-        ex.export_library(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def set_num_threads(n: int) -> int:
     """Set the TVM runtime's thread count (0: TVM's choice); the count in use, for the report."""
     from ..schedule import set_num_threads as _set
@@ -99,6 +87,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from ..onnx_io.weights import inline
 
     t0 = time.monotonic()
+    check_paths([("the model", args.model)] + setting_reads(args),
+                [("-o", args.output), ("the signature file", signature_path(args.output))])
     _writable(args.output)
     _tolerances(args)
     target = parse_target(args.target)
@@ -144,8 +134,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     tuning = None
     if args.tune is not None:  # the last stage, on the graph chosen above
         ex, tuning = _tune_stage(args, built, target, threads, ex, proto, shapes)
-    _export_library(ex, args.output)
-    write_signature(args.output, proto, shapes)
+    write_library(ex, args.output, library_signature(proto, shapes, target))
     if report is not None:
         print(_summary(report, args.output, time.monotonic() - t0))
         if timing is not None:
@@ -243,35 +232,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     import tvm
     from tvm import relax
 
-    if not os.path.exists(args.module):
-        raise CLIError(f"cannot read '{args.module}': no such file")
-    _writable(args.outputs)
-    try:
-        lib = tvm.runtime.load_module(args.module)
-    except Exception as e:
-        raise CLIError(f"'{args.module}' is not a TVM module: {str(e).splitlines()[-1]}") from None
+    from ..runtime.library import load_library
+    from ..runtime.samples import match_sample, read_sample
+
+    outputs = None
+    if args.outputs:
+        outputs = args.outputs if args.outputs.endswith(".npz") else args.outputs + ".npz"
+    check_paths([("the module", args.module), ("its signature file", signature_path(args.module)),
+                 ("--inputs", args.inputs)], [("--outputs", outputs)])
+    _writable(outputs)
+    sample = read_sample(args.inputs) if args.inputs else None  # before loading any code
+    lib, sig = load_library(args.module)
+    if sample is not None:
+        feeds = list(match_sample(sample, sig.inputs, f"inputs '{args.inputs}'").values())
+    else:
+        feeds = signature_feeds(sig)
     threads = set_num_threads(args.threads) if args.device == "cpu" else None
     dev = tvm.cuda() if args.device == "cuda" else tvm.cpu()
     vm = relax.VirtualMachine(lib, dev)
     func = vm["main"]
-    if args.inputs:
-        try:
-            data = np.load(args.inputs)
-        except (OSError, ValueError) as e:
-            raise CLIError(f"cannot read inputs '{args.inputs}': {e}") from None
-        feeds = [data[k] for k in data.files]
-    else:
-        feeds = _random_vm_inputs(args.module)
     tensors = [tvm.runtime.tensor(np.ascontiguousarray(v), dev) for v in feeds]
     outs = _flatten(func(*tensors))
     for i, o in enumerate(outs):
         print(f"output {i}: shape {tuple(o.shape)} dtype {o.dtype} mean {float(np.mean(o)):.6g} "
               f"std {float(np.std(o)):.6g}")
-    if args.outputs:
+    if outputs:
         from ..fileio import atomic_write
 
-        atomic_write(args.outputs if args.outputs.endswith(".npz") else args.outputs + ".npz",
-                     lambda f: np.savez(f, *outs))
+        names = sig.extra.get("outputs")
+        if isinstance(names, list) and len(names) == len(outs) and len(set(names)) == len(names) \
+                and all(isinstance(n, str) and n for n in names):
+            named = dict(zip(names, outs))  # by name, as the model names its outputs
+        else:
+            named = {f"arr_{i}": o for i, o in enumerate(outs)}
+        atomic_write(outputs, lambda f: np.savez(f, **named))
     if args.print_time:
         timer = vm.time_evaluator("main", dev, number=1, repeat=max(1, args.repeat))
         res = timer(*tensors)
@@ -280,32 +274,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def signature_path(module_path: str) -> str:
-    return module_path + ".inputs.json"
+def library_signature(proto: Any, shapes: Optional[dict], target: Any) -> Any:
+    """The signature written beside a library: the model's inputs (dims as built: --input-shapes where given,
+    else the model's, symbolic ones by name), an example shape of each, and for integer inputs the range that
+    the compile checks drew from (token ids within their table)."""
+    from ..runtime.library import Signature
+    from ..runtime.samples import InputSpec, onnx_input_specs
 
-
-def write_signature(module_path: str, proto: Any, shapes: Optional[dict]) -> None:
-    """Save the inputs' names, shapes and dtypes beside the library, so `run` can make inputs itself."""
     feeds = random_feeds(proto, shapes)
-    sig = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
-    from ..fileio import atomic_write_text
+    specs = [InputSpec(s.name, tuple(shapes[s.name]) if shapes and s.name in shapes else s.dims,
+                       str(feeds[s.name].dtype)) for s in onnx_input_specs(proto)]
+    example = {k: list(v.shape) for k, v in feeds.items()}
+    high = {k: int(v.max()) + 1 if v.size else 1 for k, v in feeds.items()
+            if np.issubdtype(v.dtype, np.integer)}
+    return Signature(specs, str(target), extra={"outputs": [o.name for o in proto.graph.output],
+                                                "example_shapes": example, "integer_high": high})
 
-    atomic_write_text(signature_path(module_path), json.dumps(sig, indent=1))
 
+def signature_feeds(sig: Any, seed: int = 0) -> list:
+    """Random inputs for a library from its signature: floats standard normal, integers in the range the
+    compile checks used, at the example shapes."""
+    from ..runtime.check import random_array
 
-def _random_vm_inputs(module_path: str) -> list:
-    path = signature_path(module_path)
-    if not os.path.exists(path):
-        raise CLIError(f"no input signature beside '{module_path}' ({path}); pass the inputs with --inputs in.npz")
-    with open(path) as f:
-        sig = json.load(f)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
+    example = sig.extra.get("example_shapes") if isinstance(sig.extra.get("example_shapes"), dict) else {}
+    high = sig.extra.get("integer_high") if isinstance(sig.extra.get("integer_high"), dict) else {}
     out = []
-    for s in sig:
-        if np.issubdtype(np.dtype(s["dtype"]), np.floating):
-            out.append(rng.standard_normal(s["shape"]).astype(s["dtype"]))
+    for spec in sig.inputs:
+        shape = example.get(spec.name) or [d if isinstance(d, int) else 1 for d in spec.dims]
+        dtype = np.dtype(spec.dtype)
+        if np.issubdtype(dtype, np.integer) and isinstance(high.get(spec.name), int):
+            out.append(rng.integers(0, max(1, high[spec.name]), shape).astype(dtype))
         else:
-            out.append(rng.integers(0, 8, s["shape"]).astype(s["dtype"]))
+            out.append(random_array(shape, dtype, rng))
     return out
 
 

@@ -111,6 +111,15 @@ def _import_timings(args: argparse.Namespace) -> int:
 def _exchange(command: str, argv: list) -> int:
     args = _exchange_parser(command).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from ..fileio import path_collision
+
+    reads = [("--config", args.config)] + ([("the model", args.model)] if command == "export-kernels" else
+                                           [("the timings", args.timings)])
+    why = path_collision(reads, [("--cache", args.cache)] + ([("--out", args.out)] if command == "export-kernels"
+                                                              else []))
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         return _export_kernels(args) if command == "export-kernels" else _import_timings(args)
     except TasoError as e:
@@ -133,6 +142,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     from ..cost.model import CostModel
+    from ..fileio import path_collision
+
+    why = path_collision([("the model", args.model), ("--config", args.config)], [("--cache", args.cache)])
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
 
     try:
         cfg = load_cost_config(args.config, backend=args.backend, target=args.target, rpc=args.rpc,

@@ -11,7 +11,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..runtime.check import compare, random_feeds, run_onnx
-from .common import CLIError, _tolerances, _writable, read_model, save_model, search_settings
+from .common import (CLIError, _tolerances, _writable, check_paths, read_model, save_model, search_settings,
+                     setting_reads)
 from .compile import _trials, cmd_compile, cmd_run
 
 log = logging.getLogger("taso_tvm")
@@ -69,12 +70,20 @@ def _dims(d: dict) -> str:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from ..onnx_io import parse_shapes
 
+    from ..onnx_io.weights import data_files, data_path
+
     t0 = time.monotonic()
+    reads = [("the model", args.model)] + setting_reads(args)
+    writes = [("-o", args.output), ("--report", args.report)]
+    if args.external_data != "never":
+        writes.insert(1, ("the output's data file", data_path(args.output)))
+    check_paths(reads, writes)
     _writable(args.output, args.report)
     _tolerances(args)
     settings = search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, invalid = read_model(args.model, args.keep_invalid)
+    check_paths(reads + [("the model's data file", p) for p in data_files(proto)], writes)
     if invalid:
         save_model(proto, args.output, args.external_data, proto)
         print(f"written to {args.output} unchanged: onnx.checker refuses the model ({invalid})")
@@ -86,7 +95,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
     search["target"] = settings.get("target")
-    inputs = _read_inputs(args.inputs) if args.inputs else None
+    inputs = _read_inputs(args.inputs, proto) if args.inputs else None
     try:
         with search_scope(method=settings["method"]):  # the ONNX optimizer makes the passes; they read it here
             out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
@@ -103,14 +112,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_inputs(path: str) -> dict:
-    """Sample inputs from an .npz (arrays named like the graph inputs)."""
-    try:
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise CLIError(f"cannot read inputs '{path}': {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                       ) from None
+def _read_inputs(path: str, proto: Any) -> dict:
+    """Sample inputs from an .npz, matched to the model's inputs by name (dtype and shape checked)."""
+    from ..runtime.samples import match_sample, onnx_input_specs, read_sample
+
+    return match_sample(read_sample(path), onnx_input_specs(proto), f"inputs '{path}'")
 
 
 def _convert(proto: Any, shapes: Optional[dict], args: argparse.Namespace) -> int:
@@ -229,8 +235,9 @@ def add_model_commands(sub: Any) -> None:
 
     r = sub.add_parser("run", help="run a compiled module")
     r.add_argument("module")
-    r.add_argument("--inputs", help=".npz with the inputs in parameter order")
-    r.add_argument("--outputs", help="write the outputs to this .npz")
+    r.add_argument("--inputs", help=".npz with one array per input, named like the model's inputs (checked "
+                   "against the signature file beside the module: names, dtypes, shapes)")
+    r.add_argument("--outputs", help="write the outputs to this .npz, named like the model's outputs")
     r.add_argument("--print-time", action="store_true")
     r.add_argument("--repeat", type=int, default=10)
     r.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

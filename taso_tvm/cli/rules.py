@@ -98,6 +98,13 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
     budget = args.time_budget if args.time_budget and args.time_budget > 0 else None
+    if args.output:
+        from ..fileio import path_collision
+
+        why = path_collision([], [("-o", args.output), ("--checkpoint", args.checkpoint or args.output + ".ckpt")])
+        if why:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
     try:
         res = generate_rules(args.max_ops, ops=ops, jobs=args.jobs, out=args.output, kinds=kinds,
                              checkpoint=args.checkpoint, seed=args.seed, progress=progress,

@@ -349,6 +349,12 @@ def has_data_files(model: onnx.ModelProto) -> bool:
     return any(not _info(t)["location"].startswith(MEM_PREFIX) for t in references(model))
 
 
+def data_files(model: onnx.ModelProto) -> list[str]:
+    """The data files the model's weights are read from (absolute paths, as `resolve` found them)."""
+    return sorted({_info(t)["location"] for t in references(model)
+                   if not _info(t)["location"].startswith(MEM_PREFIX)})
+
+
 def size(model: onnx.ModelProto) -> int:
     """Bytes of the model with its weights inside."""
     return model.ByteSize() + sum(nbytes(t) for t in references(model))
@@ -427,5 +433,5 @@ def save(model: onnx.ModelProto, path: str, mode: str = "auto", source_has_data:
     return dpath
 
 
-__all__ = ["WeightsError", "array", "as_inputs", "data_path", "external_wanted", "forget", "has_data_files", "has_references", "inline",
+__all__ = ["WeightsError", "array", "as_inputs", "data_files", "data_path", "external_wanted", "forget", "has_data_files", "has_references", "inline",
            "is_reference", "keep_out", "shared", "offload", "ort_initializers", "mark", "references", "release_since", "resolve", "save", "store"]
