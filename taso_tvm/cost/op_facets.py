@@ -179,6 +179,12 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)
 
+# graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
+for _op, _flops in (("skip_layernorm_sum", _per_element(10)),):
+    register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
+    register_facet(_op, TVM_NAMES, (_op,))
+    register_facet(_op, FLOPS, _flops)
+
 del _op, _name, _names, _k, _flops
 
 __all__ = ["FUSION", "TVM_NAMES", "VIEW", "FLOPS", "activation"]
