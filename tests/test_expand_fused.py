@@ -68,7 +68,7 @@ def test_expansion_equals_the_fused_nodes_in_ort(opset, mask):
     np.testing.assert_allclose(_run(expanded, feeds), _run(model, feeds), rtol=1e-4, atol=1e-4)
 
 
-def test_a_model_optimized_by_ort_is_searched_and_refused():
+def test_a_model_optimized_by_ort_is_searched_and_fused_again():
     from taso_tvm.onnx_opt import optimize_onnx
     from taso_tvm.runtime.check import check_onnx
 

@@ -63,3 +63,39 @@ def test_pre_norm_residual_sum_is_skip_layernorm_output_3():
         assert node.op_type == "SkipLayerNormalization" and len(node.input) == 4 + bias
         assert node.output[1] == node.output[2] == "" and node.output[3]
         np.testing.assert_allclose(_ort(model, feeds)[0], g.evaluate(feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def _embeddings(segment: bool, ids_dtype: str = "int64") -> tuple[TensorGraph, dict]:
+    """word[ids] + position[arange] (+ segment[segment_ids]), layer-normalized: BERT's embeddings, as lifted."""
+    st = NodeStore()
+    b, s, h = 2, 5, 8
+    ids = st.input("ids", TensorType((b, s), ids_dtype))
+    (e,) = st.add("take", [st.weight(_rand(11, h)), ids])
+    pos = st.weight(np.arange(s, dtype=ids_dtype)[None])
+    (p,) = st.add("take", [st.weight(_rand(7, h)), pos])
+    if segment:
+        seg = st.input("seg", TensorType((b, s), ids_dtype))
+        (t,) = st.add("take", [st.weight(_rand(2, h)), seg])
+        (e,) = st.add("add", [e, t])  # segment before position (HF's BertEmbeddings)
+    (e,) = st.add("add", [e, p])
+    (y,) = st.add("layernorm", [e, st.weight(_rand(h)), st.weight(_rand(h))], axes=(-1,), epsilon=1e-12)
+    feeds = {"ids": RNG.integers(0, 11, (b, s)).astype(ids_dtype)}
+    if segment:
+        feeds["seg"] = RNG.integers(0, 2, (b, s)).astype(ids_dtype)
+    return TensorGraph(st, [y]), feeds
+
+
+def test_embeddings_become_embed_layernormalization_equal_in_ort():
+    rules = load_rules()
+    for segment, ids_dtype in ((True, "int64"), (False, "int64"), (True, "int32")):
+        g, feeds = _embeddings(segment, ids_dtype)
+        rule = rules["fuse_embed_layernorm_segment_first" if segment else "fuse_embed_layernorm"]
+        m = find_matches(rule, g)[0]
+        fused = apply_match(rule, g, m)
+        assert fused is not None and "embed_layernorm" in {n.op for n in fused.topo_order()}
+        model = _export(fused, list(feeds))
+        (node,) = _fused(model)
+        assert node.op_type == "EmbedLayerNormalization"
+        casts = [n for n in model.graph.node if n.op_type == "Cast"]
+        assert len(casts) == (0 if ids_dtype == "int32" else 2 + segment)  # ids, positions (, segments) to int32
+        np.testing.assert_allclose(_ort(model, feeds)[0], g.evaluate(feeds)[0], rtol=1e-4, atol=1e-4)

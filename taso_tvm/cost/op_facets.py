@@ -134,6 +134,10 @@ for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("resh
     register_facet(_op, FLOPS, _no_flops)
 register_facet("reshape", VIEW, True)
 
+register_facet("take", FUSION, _fusion(((INJECTIVE,), 0)))  # graph/ops/gather.py: an embedding lookup
+register_facet("take", TVM_NAMES, ("take",))
+register_facet("take", FLOPS, _no_flops)
+
 register_facet("split", FUSION, _split)  # a tuple, read by one TupleGetItem per output
 register_facet("split", TVM_NAMES, ("split",))
 register_facet("split", FLOPS, _no_flops)
@@ -180,7 +184,7 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip
     register_facet(_op, FLOPS, _flops)
 
 # graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
-for _op, _flops in (("skip_layernorm_sum", _per_element(10)),):
+for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10))):
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

@@ -26,4 +26,29 @@ def convert_skip_layernorm_sum(ctx, call, attrs, args) -> Optional[list]:
     return [out[0], out[SKIP_SUM_OUTPUT]]
 
 
-__all__ = ["convert_skip_layernorm_sum"]
+
+
+
+def _int32(ctx, name: str) -> str:
+    """`name` as int32 (EmbedLayerNormalization's CPU kernel reads int32 ids only): a Cast where it is not."""
+    if ctx.types.get(name) == TensorProto.INT32:
+        return name
+    return ctx.node("Cast", [name], domain="", out_types=[TensorProto.INT32], to=TensorProto.INT32)[0]
+
+
+@register_fused("embed_layernorm")
+def convert_embed_layernorm(ctx, call, attrs, args) -> Optional[str]:
+    n = len(call.args)
+    if n == 8:
+        ids, seg_ids, word, pos, seg, gamma, beta, pos_ids = (args[i] for i in range(8))
+        segment = [_int32(ctx, seg_ids)]
+        tables = [word, pos, seg]
+    else:
+        ids, word, pos, gamma, beta, pos_ids = (args[i] for i in range(6))
+        segment, tables = [""], [word, pos, ""]
+    elem = ctx.types.get(word, TensorProto.FLOAT)
+    inputs = [_int32(ctx, ids)] + segment[:1] + tables + [gamma, beta, "", _int32(ctx, pos_ids)]
+    outputs = [ctx.fresh("embed_ln"), ctx.fresh("embed_mask_index")]
+    return ctx.node("EmbedLayerNormalization", inputs, outputs=outputs, domain=MS,
+                    out_types=[elem, TensorProto.INT32], epsilon=float(attrs["epsilon"]))[0]
+__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm"]
