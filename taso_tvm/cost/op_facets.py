@@ -134,6 +134,10 @@ for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("resh
     register_facet(_op, FLOPS, _no_flops)
 register_facet("reshape", VIEW, True)
 
+register_facet("take", FUSION, _fusion(((INJECTIVE,), 0)))  # graph/ops/gather.py: an embedding lookup
+register_facet("take", TVM_NAMES, ("take",))
+register_facet("take", FLOPS, _no_flops)
+
 register_facet("split", FUSION, _split)  # a tuple, read by one TupleGetItem per output
 register_facet("split", TVM_NAMES, ("split",))
 register_facet("split", FLOPS, _no_flops)
@@ -175,6 +179,12 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip
                     ("bias_gelu", _per_element(15)), ("fast_gelu", _per_element(17)),
                     ("quick_gelu", _per_element(12)), ("fused_matmul", _fused_matmul_flops),
                     ("erf_gelu", _per_element(15)), ("tanh_gelu", _per_element(17))):
+    register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
+    register_facet(_op, TVM_NAMES, (_op,))
+    register_facet(_op, FLOPS, _flops)
+
+# graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
+for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10))):
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

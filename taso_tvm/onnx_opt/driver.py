@@ -23,6 +23,7 @@ from .region import RegionResult, region_model, relax_boundary, search_region
 from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
+from .expand_fused import expand_fused
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class OnnxReport:
     seconds: float = 0.0
     not_searched: dict = field(default_factory=dict)  # reason -> node count
     folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
+    expanded: int = 0  # com.microsoft nodes searched as their decomposition (expand_fused)
 
     @property
     def accepted(self) -> list[RegionResult]:
@@ -209,6 +211,7 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         model = bind_inputs(model, make_binding(model, shapes))
         del model.graph.value_info[:]
     users_model = model
+    model, report.expanded = expand_fused(model)  # ONNX Runtime's fused nodes searchable as their decomposition
     with phase("shape reads"):
         model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)

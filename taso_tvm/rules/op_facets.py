@@ -92,6 +92,7 @@ register_facet("concat", AXIS_ATTR, "axis")
 register_facet("concat", DOMAINS, {"axis": "axis"})
 register_facet("split", AXIS_ATTR, "axis")
 register_facet("split", MULTI_OUTPUT, True)
+register_facet("skip_layernorm_sum", MULTI_OUTPUT, True)  # graph/ops/fused_norm.py: the norm and the sum
 register_facet("split", DOMAINS, {"axis": "axis", "sizes": "partition"})
 register_facet("transpose", DOMAINS, {"perm": "perm"})
 register_facet("reshape", DOMAINS, {"shape": "reshape"})

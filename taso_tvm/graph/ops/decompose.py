@@ -197,22 +197,27 @@ def composite_attrs(func: Any) -> Optional[tuple[str, dict]]:
 
 def register_decomposed(name: str, inputs: int, program: Program, attrs: dict, doc: str,
                         check: Optional[Callable[[Sequence[TensorType], dict], None]] = None,
-                        relax_lower: Optional[Callable[..., Any]] = None) -> OpDef:
+                        relax_lower: Optional[Callable[..., Any]] = None, value_input: int = 0,
+                        index_inputs: Callable[[int], Sequence[int]] = lambda n: ()) -> OpDef:
     """Register operator `name` whose every semantics is `program` run by the matching evaluator.
 
     check: extra validation of input types and attributes (raise GraphError) before the program runs.
-    relax_lower: the lowering used in ``relax_attention`` mode (default: the decomposition)."""
+    relax_lower: the lowering used in ``relax_attention`` mode (default: the decomposition).
+    value_input: the input whose dtype the outputs have; index_inputs(number of inputs): the positions of integer
+    index inputs, whose dtype may differ (every other input has the outputs' dtype)."""
 
     def infer(types: Sequence[TensorType], a: dict) -> list[TensorType]:
         if check is not None:
             check(types, a)
-        dtypes = {t.dtype for t in types}
+        skip = set(index_inputs(len(types)))
+        dtypes = {t.dtype for i, t in enumerate(types) if i not in skip}
         if len(dtypes) != 1:
             raise GraphError(f"{name}: mixed dtypes {sorted(dtypes)}")
-        return [TensorType(t.shape, types[0].dtype) for t in program(TypeEvaluator(), list(types), a)]
+        dtype = types[value_input].dtype
+        return [TensorType(t.shape, dtype) for t in program(TypeEvaluator(), list(types), a)]
 
     def numpy_fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-        return [np.asarray(v).astype(np.asarray(x[0]).dtype, copy=False) for v in
+        return [np.asarray(v).astype(np.asarray(x[value_input]).dtype, copy=False) for v in
                 program(NumpyEvaluator(), list(x), a)]
 
     def z3_fn(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:

@@ -104,8 +104,9 @@ def convert_attention(ctx, call, attrs, args) -> Optional[str]:
     return _attention_node(ctx, call, attrs, args, "Attention", [args[0], args[1], args[2]], 0, 0)
 
 
-@register_fused("skip_layernorm")
-def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
+def skip_layernorm_inputs(ctx, call, args) -> Optional[list]:
+    """SkipLayerNormalization's inputs [x, skip, gamma, beta(, bias)] for a call of skip_layernorm(_sum); None where
+    the bias is not zero and not a vector of the last axis (the decomposition is written)."""
     x, skip, gamma, beta, bias = (args[i] for i in range(5))
     inputs = [x, skip, gamma, beta]
     if not _zero(ctx, bias):
@@ -113,7 +114,15 @@ def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
         if h is None or static_dims(call.args[4].ty) != h[-1:]:  # a scalar bias: the decomposition
             return None
         inputs.append(bias)
-    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)],
+    return inputs
+
+
+@register_fused("skip_layernorm")
+def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
+    inputs = skip_layernorm_inputs(ctx, call, args)
+    if inputs is None:
+        return None
+    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, args[0])],
                     epsilon=float(attrs["epsilon"]))[0]
 
 
@@ -175,4 +184,4 @@ def convert_fused_matmul(ctx, call, attrs, args) -> str:
                     transA=int(attrs["trans_a"]), transB=int(attrs["trans_b"]), alpha=float(attrs["alpha"]))[0]
 
 
-__all__ = ["FUSED_CONVERTERS", "register_fused", "MS"]
+__all__ = ["FUSED_CONVERTERS", "register_fused", "skip_layernorm_inputs", "MS"]

@@ -18,6 +18,7 @@ from .context import AttrView, EmitContext, ExportError
 from .tensor_types import is_prim, is_tir_var, onnx_dtype, prim_dtype
 from .registry import CONVERTERS
 from .converters_fused import FUSED_CONVERTERS
+from . import converters_fused_norm  # noqa: F401  (registers its converters)
 from ...graph.ops.decompose import composite_attrs
 
 

@@ -1,0 +1,54 @@
+"""The fused layer norms of `graph/ops/fused_norm.py` as ONNX Runtime's nodes (domain ``com.microsoft``).
+
+Registered into the fused converters' table (`converters_fused.register_fused`); a converter returns None where the
+call has no fused form, and the exporter then writes the decomposition.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from onnx import TensorProto
+
+from .converters_fused import MS, register_fused, skip_layernorm_inputs
+
+SKIP_SUM_OUTPUT = 3  # SkipLayerNormalization's input_skip_bias_sum (outputs 1 and 2, mean and inv_std_var, unused)
+
+
+@register_fused("skip_layernorm_sum")
+def convert_skip_layernorm_sum(ctx, call, attrs, args) -> Optional[list]:
+    inputs = skip_layernorm_inputs(ctx, call, args)
+    if inputs is None:
+        return None
+    elem = ctx.types.get(args[0], TensorProto.FLOAT)
+    outputs = [ctx.fresh("skip_ln"), "", "", ctx.fresh("skip_sum")]
+    out = ctx.node("SkipLayerNormalization", inputs, outputs=outputs, domain=MS, out_types=[elem, None, None, elem],
+                   epsilon=float(attrs["epsilon"]))
+    return [out[0], out[SKIP_SUM_OUTPUT]]
+
+
+
+
+
+def _int32(ctx, name: str) -> str:
+    """`name` as int32 (EmbedLayerNormalization's CPU kernel reads int32 ids only): a Cast where it is not."""
+    if ctx.types.get(name) == TensorProto.INT32:
+        return name
+    return ctx.node("Cast", [name], domain="", out_types=[TensorProto.INT32], to=TensorProto.INT32)[0]
+
+
+@register_fused("embed_layernorm")
+def convert_embed_layernorm(ctx, call, attrs, args) -> Optional[str]:
+    n = len(call.args)
+    if n == 8:
+        ids, seg_ids, word, pos, seg, gamma, beta, pos_ids = (args[i] for i in range(8))
+        segment = [_int32(ctx, seg_ids)]
+        tables = [word, pos, seg]
+    else:
+        ids, word, pos, gamma, beta, pos_ids = (args[i] for i in range(6))
+        segment, tables = [""], [word, pos, ""]
+    elem = ctx.types.get(word, TensorProto.FLOAT)
+    inputs = [_int32(ctx, ids)] + segment[:1] + tables + [gamma, beta, "", _int32(ctx, pos_ids)]
+    outputs = [ctx.fresh("embed_ln"), ctx.fresh("embed_mask_index")]
+    return ctx.node("EmbedLayerNormalization", inputs, outputs=outputs, domain=MS,
+                    out_types=[elem, TensorProto.INT32], epsilon=float(attrs["epsilon"]))[0]
+__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm"]
