@@ -58,7 +58,7 @@ def _nothing_written(work, before):
     ("cost:\n  min_repeat_ms: .inf\n", ["'min_repeat_ms'", "finite"]),
     ("cost:\n  roofline: {llvm: {peak_gflop: 3}}\n", ["did you mean 'peak_gflops'"]),
     ("[1, 2]\n", ["must be a mapping"]),
-    ("search: [\n", ["not valid YAML"]),
+    ("search: [\n", ["invalid YAML"]),
     ("rules: 3\n", ["'rules' must be"]),
 ])
 def test_bad_settings_one_line_exit_2(work, capsys, config, words):
