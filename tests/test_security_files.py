@@ -98,3 +98,46 @@ def test_checkpoint_records_round_trip_and_refuse_foreign_values():
                 '{"unit": ["2d", 0.5], "records": []}']:
         with pytest.raises(CheckpointDataError):
             parse_unit_line(bad)
+
+
+# ------------------------------------------------------------------------------------------ the CUDA stand-in
+def test_cuda_standin_builds_privately_and_loads(tmp_path, monkeypatch):
+    """The default stand-in folder is under $XDG_CACHE_HOME, made 0700; the library built there loads."""
+    import ctypes
+    import stat
+
+    from taso_tvm.runtime.cuda_build import DRIVER, standin_dir, standin_library
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = standin_library()
+    assert path == standin_dir() / DRIVER and path.parent.is_relative_to(tmp_path / "cache")
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700 and path.is_file()
+    lib = ctypes.CDLL(str(path))
+    assert lib.cuModuleUnload() == 100  # CUDA_ERROR_NO_DEVICE
+    assert standin_library() == path  # built once, checked every time
+
+
+@pytest.mark.parametrize("case", ["folder mode", "folder owner", "library owner", "library writable", "link"])
+def test_cuda_standin_not_ours_is_refused(tmp_path, case):
+    """A stand-in folder or library someone else could have placed is refused in one line, never loaded."""
+    from taso_tvm.errors import TasoError
+    from taso_tvm.runtime.cuda_build import DRIVER, CudaBuildError, standin_library
+
+    folder = tmp_path / "standin"
+    folder.mkdir(mode=0o700)
+    lib = folder / DRIVER
+    lib.write_bytes(b"\x7fELF not a library: loading it would fail loudly")
+    if case == "folder mode":
+        folder.chmod(0o777)
+    elif case == "folder owner":
+        os.chown(folder, 12345, -1)
+    elif case == "library owner":
+        os.chown(lib, 12345, -1)
+    elif case == "library writable":
+        lib.chmod(0o666)
+    else:
+        lib.unlink()
+        lib.symlink_to(tmp_path / "elsewhere.so")
+    with pytest.raises(CudaBuildError, match="refusing the CUDA driver stand-in") as e:
+        standin_library(folder)
+    assert isinstance(e.value, TasoError) and "\n" not in str(e.value)
