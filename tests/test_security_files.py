@@ -141,3 +141,131 @@ def test_cuda_standin_not_ours_is_refused(tmp_path, case):
     with pytest.raises(CudaBuildError, match="refusing the CUDA driver stand-in") as e:
         standin_library(folder)
     assert isinstance(e.value, TasoError) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------ hostile files
+def _bomb(levels: int = 9) -> str:
+    """A YAML alias bomb: `levels` lists of nine aliases of the one before (9**9 strings once expanded)."""
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    prev = "a"
+    for i in range(1, levels):
+        name = f"l{i}"
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+        prev = name
+    return "\n".join(lines) + "\n"
+
+
+def _deep(levels: int = 400) -> str:
+    return "- name: deep\n  source: " + "[" * levels + "x" + "]" * levels + "\n"
+
+
+def _hostile(tmp_path: Path, kind: str) -> str:
+    if kind == "bomb":
+        p = tmp_path / "bomb.yaml"
+        p.write_text(_bomb())
+    elif kind == "deep":
+        p = tmp_path / "deep.yaml"
+        p.write_text(_deep())
+    elif kind == "fifo":
+        p = tmp_path / "pipe.onnx"
+        os.mkfifo(p)
+    elif kind == "dir":
+        p = tmp_path / "folder.onnx"
+        p.mkdir()
+    else:
+        return "/dev/zero"
+    return str(p)
+
+
+def _refused(tmp_path, capsys, argv, *words):
+    """Exit 2, one line on stderr, nothing written, within seconds and a bounded memory growth."""
+    before = snapshot(tmp_path)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    done: dict = {}
+    th = threading.Thread(target=lambda: done.update(r=run_main(argv, capsys)), daemon=True)
+    th.start()
+    th.join(20)
+    assert not th.is_alive(), f"{argv} blocked"
+    rc, err, _ = done["r"]
+    assert time.monotonic() - t0 < 10
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) < 1 << 20  # KiB (imports TVM; a bomb: GBs)
+    assert rc == 2, (rc, err)
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    for w in words:
+        assert w in err[0], (w, err)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind,words", [("bomb", ["aliases expand"]), ("deep", ["nested deeper than 64"])])
+def test_hostile_rule_files(tmp_path, capsys, kind, words):
+    bad = _hostile(tmp_path, kind)
+    model = save(pair_model(), tmp_path / "m.onnx")
+    _refused(tmp_path, capsys, ["rules", "verify", bad], *words)
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--rules", bad] + FAST, *words)
+    (tmp_path / "cfg.yaml").write_text(f"rules: [{bad}]\n")
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--config", tmp_path / "cfg.yaml"]
+             + FAST, *words)
+
+
+def test_hostile_settings_files(tmp_path, capsys):
+    bad = tmp_path / "bomb.yaml"
+    bad.write_text(_bomb())
+    model = save(pair_model(), tmp_path / "m.onnx")
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--config", bad] + FAST,
+             "aliases expand", "bomb.yaml")
+    bad.write_text("search:\n  budget: " + "[" * 400 + "]" * 400 + "\n")
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--config", bad] + FAST,
+             "nested deeper")
+    bad.write_text("search:\n  budget: " + "9" * 5000 + "\n")
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--config", bad] + FAST,
+             "bad value")
+    _refused(tmp_path, capsys, ["optimize", model, "-o", tmp_path / "out.onnx", "--config", "/dev/zero"] + FAST,
+             "it is a device")
+
+
+@pytest.mark.parametrize("kind", ["zero", "fifo", "dir"])
+def test_hostile_model_files(tmp_path, capsys, kind):
+    """/dev/zero, a FIFO (never opened: nothing blocks) and a folder as the model: refused by type before reading."""
+    bad = _hostile(tmp_path, kind)
+    why = {"zero": "it is a device", "fifo": "it is a FIFO", "dir": "it is a directory"}[kind]
+    _refused(tmp_path, capsys, ["graph", bad], why)
+    _refused(tmp_path, capsys, ["optimize", bad, "-o", tmp_path / "out.onnx"] + FAST, why)
+    _refused(tmp_path, capsys, ["compile", bad, "--target", "llvm", "-o", tmp_path / "out.so"], why)
+
+
+# ------------------------------------------------------------------------------------------ numeric flags
+@pytest.mark.parametrize("flags", [["--time-cap", "0"], ["--time-cap", "nan"], ["--time-cap", "-1"],
+                                   ["--budget", "9" * 5000], ["--alpha", "nan"], ["--alpha", "0.5"],
+                                   ["--threads", "-1"], ["--time-limit", "inf"], ["--rtol", "-1"]])
+def test_numeric_flags_refused_at_parse_time(tmp_path, capsys, flags):
+    model = save(pair_model(), tmp_path / "m.onnx")
+    before = snapshot(tmp_path)
+    t0 = time.monotonic()
+    rc, err, _ = run_main(["optimize", model, "-o", tmp_path / "out.onnx"] + flags, capsys)
+    assert rc == 2 and time.monotonic() - t0 < 2
+    assert any(flags[0] in line and "error" in line for line in err), err
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("flags", [["--jobs", "0"], ["--time-budget", "-3"], ["--max-ops", "0"],
+                                   ["--time-budget", "nan"]])
+def test_generate_flags_refused_at_parse_time(tmp_path, capsys, flags):
+    argv = ["rules", "generate", "--max-ops", "1", "-o", tmp_path / "g.yaml"] + flags
+    rc, err, _ = run_main(argv, capsys)
+    assert rc == 2 and any(flags[0] in line for line in err), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_numeric_flag_types():
+    import argparse
+
+    from taso_tvm.cli.argtypes import alpha, nonneg_float, nonneg_int, positive_float, positive_int
+
+    assert positive_int("3") == 3 and nonneg_int("0") == 0 and positive_float("0.5") == 0.5
+    assert nonneg_float("0") == 0.0 and alpha("1.05") == 1.05
+    for fn, text in [(positive_int, "0"), (nonneg_int, "-1"), (positive_int, "1" * 19), (positive_int, "x"),
+                     (positive_float, "0"), (positive_float, "inf"), (nonneg_float, "-0.1"), (nonneg_float, "nan"),
+                     (alpha, "0.99"), (alpha, "3.5"), (positive_float, "1" * 100)]:
+        with pytest.raises(argparse.ArgumentTypeError):
+            fn(text)
