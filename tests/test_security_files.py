@@ -77,7 +77,7 @@ def test_checkpoint_resume_round_trip(tmp_path):
         generate_rules(2, out=str(out), progress=Bar, **kw)
     ck = tmp_path / "g.yaml.ckpt"
     lines = ck.read_text().splitlines()
-    assert len(lines) >= 2 and all(isinstance(json.loads(x), dict) for x in lines)
+    assert len(lines) >= 2 and all(isinstance(json.loads(x.rpartition("\t")[0] or x), dict) for x in lines)
     ck.write_bytes(ck.read_bytes()[:-7])  # the last unit cut off while written
     again = generate_rules(2, out=str(out), **kw)
     assert again.counts["units_resumed"] == len(lines) - 2 and again.text == ref.text
@@ -93,11 +93,16 @@ def test_checkpoint_records_round_trip_and_refuse_foreign_values():
                     GNode("reshape", (("shape", ShapeForm("flatten")), ("d", DimSum((("a", 0),)))), (("n", 0, 0),))),
                    (("n", 1, 0),), (b"\x00\xff",), ("a", "b"))]
     assert parse_unit_line(unit_line(("2d", 3), recs)) == (("2d", 3), recs)
+    import hashlib
+
+    line = unit_line(("2d", 3), recs)
+    with pytest.raises(CheckpointDataError, match="checksum"):
+        parse_unit_line(line.replace('"a"', '"c"', 1))  # valid JSON, other graphs: the checksum tells
     for bad in ['{"unit": ["2d", 0], "records": [[[{"os.system": "x"}], [], [], []]]}',
                 '{"unit": ["2d", 0], "records": [[[], [], [{"bytes": "zz"}], []]]}', "[" * 100000,
                 '{"unit": ["2d", 0.5], "records": []}']:
         with pytest.raises(CheckpointDataError):
-            parse_unit_line(bad)
+            parse_unit_line(f"{bad}\t{hashlib.sha256(bad.encode()).hexdigest()[:16]}\n")
 
 
 # ------------------------------------------------------------------------------------------ the CUDA stand-in

@@ -1,8 +1,8 @@
 """The generator's checkpoint: the finished enumeration units of a run, so that an interrupted run resumes.
 
 The file is data and can name no code: JSON lines of plain values. The first line is a header (format and the
-settings' digest); each further line is one finished unit, `{"unit": [family, index], "records": [...]}`, appended as
-the unit finishes. Records are converted to and from plain JSON values explicitly (`encode_records`,
+settings' digest); each further line is one finished unit, `{"unit": [family, index], "records": [...]}`, a tab and
+the sha256 of that JSON (16 hex digits), appended as the unit finishes. Records are converted to and from plain JSON values explicitly (`encode_records`,
 `decode_records`): a GNode, DimSum, ShapeForm or bytes value is a one-key object naming its kind, checked when read.
 Reading stops at the first line that is cut off or does not decode (an interruption while writing): that unit and any
 after it are redone. A file in another format (an older pickle checkpoint, a stranger's file) is never parsed as
@@ -11,6 +11,7 @@ anything but JSON: it is set aside with a warning and the run starts afresh.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from .graphs import DimSum, GNode, ShapeForm
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "taso-tvm-generate-checkpoint-1"
+LINE_SUM_HEX = 16  # hex digits of each line's sha256
 
 
 class CheckpointDataError(ValueError):
@@ -100,16 +102,24 @@ def decode_records(data: Any) -> list:
     return out
 
 
+def _sum(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:LINE_SUM_HEX]
+
+
 def unit_line(unit: tuple, records: list) -> str:
-    """One finished unit as the checkpoint's line (with its newline)."""
-    return json.dumps({"unit": list(unit), "records": encode_records(records)}, separators=(",", ":"),
-                      allow_nan=False) + "\n"
+    """One finished unit as the checkpoint's line: its JSON, a tab and the JSON's checksum (so that a damaged line
+    is redone, not read as other graphs), and a newline."""
+    body = json.dumps({"unit": list(unit), "records": encode_records(records)}, separators=(",", ":"),
+                      allow_nan=False)
+    return f"{body}\t{_sum(body)}\n"
 
 
 def parse_unit_line(line: str) -> tuple:
     """(unit, records) of a line from `unit_line`; CheckpointDataError if it is not one."""
+    body, _tab, check = line.rstrip("\n").rpartition("\t")
+    _want(bool(body) and check == _sum(body), "a line whose checksum does not match")
     try:
-        d = json.loads(line)
+        d = json.loads(body)
     except (ValueError, RecursionError):
         raise CheckpointDataError("a line that is not JSON") from None
     _want(isinstance(d, dict) and set(d) == {"unit", "records"}, "a line that is not a unit")
