@@ -274,3 +274,15 @@ def test_numeric_flag_types():
                      (alpha, "0.99"), (alpha, "3.5"), (positive_float, "1" * 100)]:
         with pytest.raises(argparse.ArgumentTypeError):
             fn(text)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("- name: x\n  doc: 2001-13-45\n  source: {y: relu(x)}\n  target: {y: relu(x)}\n", [":2:", "bad value"]),
+    ("- &a [*a]\n", [":1:", "contains it"]),
+    ("- name: x\n  doc: " + "9" * 5000 + "\n", [":2:", "bad value"]),
+])
+def test_rule_scalars_and_recursive_aliases(tmp_path, capsys, text, words):
+    """Were internal errors (ValueError, RecursionError: exit 3) before the bounded loader."""
+    bad = tmp_path / "r.yaml"
+    bad.write_text(text)
+    _refused(tmp_path, capsys, ["rules", "list", bad], *words)
