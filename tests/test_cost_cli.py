@@ -46,7 +46,7 @@ def test_json_totals_add_up(model_path, capsys, tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     (["--target", "foo"], "error: unknown target 'foo': use llvm, cuda or a JSON target dict"),
-    (["--config", "/nonexistent/cost.yaml"], "error: cannot read cost config /nonexistent/cost.yaml"),
+    (["--config", "/nonexistent/cost.yaml"], "error: cannot read cost config '/nonexistent/cost.yaml': no such file"),
 ])
 def test_bad_arguments(model_path, capsys, args, msg):
     assert main([model_path, "--cache", ""] + args) == 2

@@ -314,13 +314,13 @@ def test_cuda_libraries_hold_compiled_kernels_built_without_a_gpu(tmp_path):
     if how != "stand-in":
         return
     # the carried runtime, in runtime-only mode, loads TVM's CUDA runtime itself and reads the library's cubins
-    from taso_tvm.runtime.cuda_build import _standin_path
+    from taso_tvm.runtime.cuda_build import DRIVER, standin_dir
     from taso_tvm.runtime.bundle import copy_runtime
 
     copy_runtime(tmp_path / "runtime", cuda=True)
     assert (tmp_path / "runtime" / "tvm" / "lib" / "libcudart.so.13").is_file() or not shutil.which("nvcc")
     env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=f"{tmp_path / 'runtime'}:{ROOT / 'benchmarks' / 'cuda'}")
-    r = subprocess.run([sys.executable, "-c", DEVICE_LOAD, str(_standin_path()), str(tmp_path / "relu.so")],
+    r = subprocess.run([sys.executable, "-c", DEVICE_LOAD, str(standin_dir() / DRIVER), str(tmp_path / "relu.so")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == [str(tmp_path / "runtime" / "tvm" / "__init__.py"), "True", "loaded", "False",

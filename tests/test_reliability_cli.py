@@ -58,7 +58,7 @@ def _nothing_written(work, before):
     ("cost:\n  min_repeat_ms: .inf\n", ["'min_repeat_ms'", "finite"]),
     ("cost:\n  roofline: {llvm: {peak_gflop: 3}}\n", ["did you mean 'peak_gflops'"]),
     ("[1, 2]\n", ["must be a mapping"]),
-    ("search: [\n", ["not valid YAML"]),
+    ("search: [\n", ["invalid YAML"]),
     ("rules: 3\n", ["'rules' must be"]),
 ])
 def test_bad_settings_one_line_exit_2(work, capsys, config, words):
@@ -88,13 +88,10 @@ def test_rule_file_problems(work, capsys):
 @pytest.mark.parametrize("extra,words", [
     (["-o", "nodir/out.onnx"], ["nodir", "does not exist"]),
     (["--report", "nodir/r.json"], ["nodir", "does not exist"]),
-    (["--rtol", "nan", "--atol", "nan"], ["rtol", "finite"]),
-    (["--atol", "-1"], ["atol"]),
     (["--input-shapes", "x:[1,-3,8,8]"], ["x:[1,-3,8,8]", ">= 1"]),
     (["--input-shapes", "x:[0,3,8,8]"], [">= 1"]),
     (["--input-shapes", "x:[1,3,8,8],x:[1,3,8,8]"], ["'x' is given twice"]),
     (["--input-shapes", "y:[1,3,8,8]"], ["'y'", "not a graph input"]),
-    (["--alpha", "7"], ["alpha"]),
 ])
 def test_bad_flags_one_line_exit_2(work, capsys, extra, words):
     cwd = os.getcwd()
@@ -105,6 +102,18 @@ def test_bad_flags_one_line_exit_2(work, capsys, extra, words):
         os.chdir(cwd)
     assert rc == 2
     assert_one_line(err, *words)
+    _nothing_written(work, before)
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--rtol", "nan", "--atol", "nan"], ["--rtol", "finite"]),
+    (["--atol", "-1"], ["--atol", ">= 0"]),
+    (["--alpha", "7"], ["--alpha", "[1, 3]"]),
+])
+def test_bad_numeric_flags_are_usage_errors(work, capsys, extra, words):
+    """Numeric flags are range-checked while parsing (cli/argtypes.py): argparse's usage error, exit 2."""
+    rc, err, _, before = _optimize(work, capsys, *extra)
+    assert rc == 2 and "error: argument" in err[-1] and all(w in err[-1] for w in words), err
     _nothing_written(work, before)
 
 

@@ -3,8 +3,6 @@ two-operator identities are found, everything written is verified, the output is
 the rules load, match and apply on a zoo model with equal outputs."""
 from __future__ import annotations
 
-import io
-import pickle
 
 import numpy as np
 import pytest
@@ -408,7 +406,11 @@ def test_checkpoint_appends_units_and_resumes_exactly(tmp_path):
     uninterrupted run, in one process or two."""
     from pathlib import Path
 
-    from taso_tvm.rules.generate.driver import _Checkpoint, _no_progress, enumerate_all, pair_all
+    from taso_tvm.rules.generate.checkpoint import Checkpoint, parse_unit_line
+    from taso_tvm.rules.generate.driver import _no_progress, enumerate_all, pair_all
+
+    def _Checkpoint(path, settings):
+        return Checkpoint(path, settings.digest())
 
     s = make_settings(3, ops=["concat", "relu"], kinds=["mat"])
     whole = enumerate_all(s, 1, _Checkpoint(None, s), _no_progress)
@@ -443,9 +445,10 @@ def test_checkpoint_appends_units_and_resumes_exactly(tmp_path):
     units = e.units(2)
     for i, (a, b) in enumerate(zip(snapshots, snapshots[1:])):
         assert b[:len(a)] == a  # appended, never rewritten: each write is the one unit just finished
-        f = io.BytesIO(b[len(a):])
-        unit, recs = pickle.load(f), pickle.load(f)
-        assert f.read() == b"" and unit == ("2d", i)
+        line = b[len(a):].decode()
+        assert line.count("\n") == 1 and line.endswith("\n")  # one JSON line per unit
+        unit, recs = parse_unit_line(line)
+        assert unit == ("2d", i)
         assert [r.nodes for r in recs] == [r.nodes for r in e.run_unit(*units[i])]
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(path.read_bytes()[:-5])  # interrupted while writing the 30th unit

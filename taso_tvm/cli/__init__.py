@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .model import add_model_commands
+from .argtypes import nonneg_int, positive_int
 from .common import CLIError
 
 log = logging.getLogger("taso_tvm")
@@ -81,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     ze = zs.add_parser("export", help="write a zoo model as ONNX")
     ze.add_argument("name")
     ze.add_argument("-o", "--output", required=True)
-    ze.add_argument("--seed", type=int, default=0)
-    ze.add_argument("--layers", type=int, help="encoder layers (bert)")
+    ze.add_argument("--seed", type=nonneg_int, default=0)
+    ze.add_argument("--layers", type=positive_int, help="encoder layers (bert)")
     z.set_defaults(func=cmd_zoo)
 
     g = sub.add_parser("graph", help="import a model and summarise the lifted TensorGraph")

@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import errors as _errors
+from .argtypes import nonneg_int, positive_float, positive_int
 
 log = logging.getLogger("taso_tvm")
 
@@ -302,18 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write every number as JSON")
     p.add_argument("--plot", help="write a PNG bar chart of the speedups (needs matplotlib)")
     p.add_argument("--no-tvm", action="store_true", help="skip the TVM builds (ONNX Runtime only)")
-    p.add_argument("--threads", type=int, default=2, help="threads of ONNX Runtime and of TVM's runtime (default 2)")
-    p.add_argument("--time-cap", type=float, default=30.0, help="seconds to time each runtime's variants (default 30)")
-    p.add_argument("--guard-cap", type=float, default=20.0, help="seconds of the never-slower guard (default 20)")
+    p.add_argument("--threads", type=nonneg_int, default=2, help="threads of ONNX Runtime and of TVM's runtime (default 2)")
+    p.add_argument("--time-cap", type=positive_float, default=30.0, help="seconds to time each runtime's variants (default 30)")
+    p.add_argument("--guard-cap", type=positive_float, default=20.0, help="seconds of the never-slower guard (default 20)")
     p.add_argument("--input-shapes", help='shapes for symbolic inputs, "x:[1,3,224,224],mask:[1,128]"')
-    p.add_argument("--bert-layers", type=int, help="encoder layers of the zoo's bert (default: the zoo's 12)")
+    p.add_argument("--bert-layers", type=positive_int, help="encoder layers of the zoo's bert (default: the zoo's 12)")
     p.add_argument("--config", help="settings file for the search (YAML)")
     p.add_argument("--cost-backend", help="cost backend of the search (default auto: ONNX Runtime kernels)")
     p.add_argument("--no-spin", action="store_true",
                    help="neither runtime's threads spin after a run (ONNX Runtime allow_spinning=0, "
                         "TVM_THREAD_POOL_SPIN_COUNT=0): runs alternate, and on few cores one runtime's spinning "
                         "threads slow the next run's start")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     return p
 
 

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from ..cost.config import load_cost_config
 from ..errors import TasoError, is_interrupt, one_line
+from .argtypes import nonneg_int
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="llvm, cuda or a JSON target dict (default: from config)")
     p.add_argument("--config", help="cost config YAML (e.g. configs/cpu.yaml)")
     p.add_argument("--rpc", help="HOST:PORT:KEY of a TVM RPC tracker to measure on (tvm backend)")
-    p.add_argument("--threads", type=int, help="threads of the deployment")
+    p.add_argument("--threads", type=nonneg_int, help="threads of the deployment")
     p.add_argument("--cache", help="cost cache file ('' for none)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress and warnings")

@@ -160,6 +160,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
 def add_model_commands(sub: Any) -> None:
     from ..onnx_io.weights import EXTERNAL_MODES
     from ..search import METHODS, SearchConfig
+    from .argtypes import alpha, nonneg_float, nonneg_int, positive_float, positive_int
 
     def common(p: argparse.ArgumentParser, search: bool = True) -> None:
         p.add_argument("--input-shapes", help='input shapes to cost at: "name:[1,3,224,224],mask:[1,128]" '
@@ -167,10 +168,10 @@ def add_model_commands(sub: Any) -> None:
                        'symbolic dim on axis 0, 64 elsewhere)')
         if search:
             p.add_argument("--config", help="YAML settings: search (alpha, budget, time_limit) and cost model")
-            p.add_argument("--alpha", type=float, help="relaxation: keep candidates below alpha x best "
+            p.add_argument("--alpha", type=alpha, help="relaxation: keep candidates below alpha x best "
                            f"(default {SearchConfig.alpha})")
-            p.add_argument("--budget", type=int, help=f"graphs expanded per region (default {SearchConfig.budget})")
-            p.add_argument("--time-limit", dest="time_limit", type=float, help="search time limit in seconds")
+            p.add_argument("--budget", type=nonneg_int, help=f"graphs expanded per region (default {SearchConfig.budget})")
+            p.add_argument("--time-limit", dest="time_limit", type=positive_float, help="search time limit in seconds")
             p.add_argument("--search", choices=list(METHODS), help="the search: TASO's backtracking, equality "
                            "saturation (e-graph; needs the egraph extra) or both, keeping the cheaper result "
                            f"(default {SearchConfig.method})")
@@ -181,8 +182,8 @@ def add_model_commands(sub: Any) -> None:
                            help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "
                                 "on the target for compile)")
             p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")
-            p.add_argument("--rtol", type=float, default=1e-3)
-            p.add_argument("--atol", type=float, default=1e-4)
+            p.add_argument("--rtol", type=nonneg_float, default=1e-3)
+            p.add_argument("--atol", type=nonneg_float, default=1e-4)
 
     o = sub.add_parser("optimize", help="optimize an ONNX model and write ONNX")
     o.add_argument("model")
@@ -195,9 +196,9 @@ def add_model_commands(sub: Any) -> None:
                         "symbolic dims")
     o.add_argument("--no-time-check", action="store_true",
                    help="write the rewrite without timing it against the original in ONNX Runtime")
-    o.add_argument("--time-cap", type=float, default=20.0,
+    o.add_argument("--time-cap", type=positive_float, default=20.0,
                    help="seconds the original-vs-optimized timing may take (default 20)")
-    o.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads for the timing (default 2)")
+    o.add_argument("--threads", type=nonneg_int, default=2, help="ONNX Runtime threads for the timing (default 2)")
     o.add_argument("--inputs", help="sample inputs (.npz, arrays named like the graph inputs) for the checks, "
                                     "where random ones would not do (a sample rate, token ids)")
     o.add_argument("--external-data", choices=EXTERNAL_MODES, default="auto",
@@ -218,9 +219,9 @@ def add_model_commands(sub: Any) -> None:
     c.add_argument("--no-optimize", action="store_true", help="build without the TASO search")
     c.add_argument("--no-time-check", action="store_true",
                    help="keep the optimized module without timing it against the original (llvm only)")
-    c.add_argument("--time-cap", type=float, default=20.0,
+    c.add_argument("--time-cap", type=positive_float, default=20.0,
                    help="seconds the original-vs-optimized timing may take (default 20)")
-    c.add_argument("--threads", type=int, default=0,
+    c.add_argument("--threads", type=nonneg_int, default=0,
                    help="TVM runtime threads for the checks and timing (default: TVM's, the physical cores)")
     c.add_argument("--no-schedule", action="store_true",
                    help="build with TVM's default pipeline instead of the CPU schedules (llvm)")
@@ -239,7 +240,7 @@ def add_model_commands(sub: Any) -> None:
                    "against the signature file beside the module: names, dtypes, shapes)")
     r.add_argument("--outputs", help="write the outputs to this .npz, named like the model's outputs")
     r.add_argument("--print-time", action="store_true")
-    r.add_argument("--repeat", type=int, default=10)
+    r.add_argument("--repeat", type=positive_int, default=10)
     r.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    r.add_argument("--threads", type=int, default=0, help="TVM runtime threads on cpu (default: TVM's)")
+    r.add_argument("--threads", type=nonneg_int, default=0, help="TVM runtime threads on cpu (default: TVM's)")
     r.set_defaults(func=cmd_run)

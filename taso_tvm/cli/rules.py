@@ -16,6 +16,7 @@ from ..rules.generate.driver import DEFAULT_TIME_BUDGET_S
 from ..rules.language.rule import RuleError
 from ..rules.language.compile import read_rule_files
 from ..rules.ruleset import RuleSet, library_files
+from .argtypes import nonneg_float, nonneg_int, positive_int
 from ..rules.verify.verdict import Cache, axioms_digest, load_axioms, rule_key, verify_axioms, verify_rules
 from ..rules.verify.results import VerifyResult, tally
 
@@ -147,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="prove rules with Z3 (bounded and axiomatic); exit 1 if any is not verified")
     v.add_argument("files", nargs="*", help="rule files or directories (default: the shipped library)")
-    v.add_argument("--jobs", "-j", type=int, default=None, help="parallel processes (default: all cores)")
+    v.add_argument("--jobs", "-j", type=positive_int, default=None, help="parallel processes (default: all cores)")
     v.add_argument("--no-cache", action="store_true", help="ignore and do not update the result cache")
     v.add_argument("--axioms", action="store_true", help="also list the axioms and their results")
     v.set_defaults(fn=cmd_verify)
@@ -156,16 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(fn=cmd_list)
     g = sub.add_parser("generate", help="discover rules by enumerating small graphs (as TASO does); write the "
                                         "verified ones")
-    g.add_argument("--max-ops", type=int, required=True, help="operators per side, at most")
+    g.add_argument("--max-ops", type=positive_int, required=True, help="operators per side, at most")
     g.add_argument("--ops", default=None, help="comma-separated operators (default: all the generator knows up to "
                                                "2 operators, TASO's seven from 3 on)")
     g.add_argument("--kinds", default=None, help="comma-separated input kinds (mat, act4, conv3x3, conv1x1, conv1x3, "
                                                  "conv3x1, dwconv, scalar, chan, row, batched)")
     g.add_argument("-o", "--output", default=None, help="the YAML rule file to write (default: standard output)")
-    g.add_argument("--jobs", "-j", type=int, default=2, help="worker processes (default: 2)")
+    g.add_argument("--jobs", "-j", type=positive_int, default=2, help="worker processes (default: 2)")
     g.add_argument("--checkpoint", default=None, help="resume file (default: OUTPUT.ckpt; none without -o)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the fingerprint inputs")
-    g.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_S, metavar="SECONDS",
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the fingerprint inputs")
+    g.add_argument("--time-budget", type=nonneg_float, default=DEFAULT_TIME_BUDGET_S, metavar="SECONDS",
                    help=f"time for the whole run (default: {DEFAULT_TIME_BUDGET_S:g} s; 0: no limit). Past it, "
                         "the verification stops (what is left is reported unverified, not written), or, if it is "
                         "still enumerating, the run stops with nothing written (with -o, the checkpoint resumes)")

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import yaml
-
 from .. import errors as _errors
+from ..safe_read import UnsafeFileError, read_yaml
 
 BACKENDS = ("auto", "tvm", "ort", "analytic")
 # "auto": measure on the runtime that will run the result (ORT for an ONNX output, TVM on the build target)
@@ -188,11 +187,9 @@ def load_cost_config(path: Optional[Union[str, Path]] = None, **overrides: Any) 
     if path is not None:
         where = f" in {path}"
         try:
-            text = Path(path).read_text()
-            loaded = yaml.safe_load(text)
-        except (OSError, yaml.YAMLError) as e:
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise CostConfigError(f"cannot read cost config {path}: {reason}") from None
+            loaded = read_yaml(path, "cost config")
+        except UnsafeFileError as e:
+            raise CostConfigError(str(e)) from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -26,6 +26,7 @@ from typing import Iterable, Optional, Sequence
 
 from ..errors import CostError
 from ..runtime.bundle import copy_runtime
+from ..safe_read import UnsafeFileError, read_json
 from .backends.analytic import AnalyticBackend
 from .backends.base import Backend, Measurement
 from .cache import CostCache
@@ -171,9 +172,9 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
 
 def _read_json(path: Path, what: str) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise KernelExchangeError(f"cannot read {what} '{path}': {str(e).splitlines()[0]}") from None
+        data = read_json(path, what)
+    except UnsafeFileError as e:
+        raise KernelExchangeError(str(e)) from None
     if not isinstance(data, dict):
         raise KernelExchangeError(f"{what} '{path}' is not a JSON object")
     return data

@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from ..quiet import quiet
+from ..safe_read import UnsafeFileError, read_bytes
 from .weights import has_references, is_reference, resolve, shared
 from .. import errors as _errors
 
@@ -40,12 +41,10 @@ def read_onnx(model: ModelLike) -> tuple[onnx.ModelProto, str]:
     else:
         path = os.fspath(model)
         label = f"'{path}'"
-        if not os.path.exists(path):
-            raise ModelLoadError(f"cannot read {label}: no such file")
-        if os.path.isdir(path):
-            raise ModelLoadError(f"cannot read {label}: it is a directory")
-        with open(path, "rb") as f:
-            data = f.read()
+        try:  # a model is data: a regular file (not /dev/zero, a FIFO or a folder), checked before it is opened
+            data = read_bytes(path, "model", max_bytes=None)
+        except UnsafeFileError as e:
+            raise ModelLoadError(f"cannot read {label}: {e.detail}") from None
         base_dir = os.path.dirname(os.path.abspath(path))
     try:
         proto = onnx.load_model_from_string(data)

@@ -14,9 +14,8 @@ import dataclasses
 import os
 from typing import Any, Iterator, Optional
 
-import yaml
-
 from .. import errors as _errors
+from ..safe_read import UnsafeFileError, read_yaml
 from ..search.config import SearchConfig, check_setting
 
 CONFIG_ENV = "TASO_TVM_CONFIG"
@@ -35,18 +34,9 @@ def read_settings(path: str) -> dict:
     from ..cost.config import CostConfig, load_cost_config
 
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
-    except IsADirectoryError:
-        raise SettingsError(f"cannot read config '{path}': it is a directory") from None
-    except OSError as e:
-        raise SettingsError(f"cannot read config '{path}': {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise SettingsError(f"config '{path}' is not a text file") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SettingsError(f"config '{path}'{where} is not valid YAML") from None
+        data = read_yaml(path, "config") or {}
+    except UnsafeFileError as e:
+        raise SettingsError(str(e)) from None
     if not isinstance(data, dict):
         raise SettingsError(f"config '{path}' must be a mapping of settings")
     cost_keys = {f.name for f in dataclasses.fields(CostConfig)}

@@ -10,21 +10,28 @@ and then TVM's CUDA runtime library; builds made after it hold cubins. `tvm.cuda
 Compile inside the target's scope (`with target: tvm.compile(...)`): nvcc takes the architecture from the current
 target when there is no GPU to ask.
 
-This module imports nothing from the project.
+The stand-in is built in a private folder (`standin_dir()`, mode 0700) and loaded only when the folder and the
+library are this user's alone: a library is code, and one that another user could have placed is never loaded.
+
+This module imports nothing from the project but `errors`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import stat
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from .. import errors as _errors
 
 log = logging.getLogger(__name__)
 
 DRIVER = "libcuda.so.1"
+STANDIN_FOLDER = "cuda-standin"
 NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 # the driver entry points libtvm_runtime_cuda.so links; none is called while building
 _STANDIN_C = f"""
@@ -42,16 +49,67 @@ int cuTensorMapEncodeTiled(void) {{ return {NO_DEVICE}; }}
 _state: dict = {}
 
 
-class CudaBuildError(RuntimeError):
+class CudaBuildError(_errors.TasoError, RuntimeError):
     """TVM's CUDA code generation cannot be enabled here; one line."""
 
 
-def _standin_path() -> Path:
-    return Path(tempfile.gettempdir()) / f"taso_tvm_cuda_standin_{os.getuid()}" / DRIVER
+def standin_dir() -> Path:
+    """The private folder of the driver stand-in: $XDG_CACHE_HOME/taso_tvm/cuda-standin (else under ~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "taso_tvm" / STANDIN_FOLDER
+
+
+def _not_private(folder: Path, library: Path) -> str:
+    """Why `folder` and `library` are not ours alone ('' when they are): the folder a real folder of this user with
+    mode 0700 in a parent others cannot write to (unless sticky), the library (if there) a regular file of this
+    user that no one else can write."""
+    uid = os.getuid()
+    try:
+        st = os.lstat(folder)
+        parent = os.stat(folder.parent)
+    except OSError as e:
+        return f"'{folder}' cannot be checked: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"'{folder}' is not a folder (a link or a file)"
+    if st.st_uid != uid:
+        return f"'{folder}' belongs to uid {st.st_uid}, not to this user ({uid})"
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        return f"'{folder}' has mode {stat.S_IMODE(st.st_mode):04o}, not 0700"
+    if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
+        return f"'{folder.parent}' can be written by other users"
+    try:
+        lib = os.lstat(library)
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        return f"'{library}' cannot be checked: {e.strerror}"
+    if not stat.S_ISREG(lib.st_mode):
+        return f"'{library}' is not a regular file (a link or a device)"
+    if lib.st_uid != uid:
+        return f"'{library}' belongs to uid {lib.st_uid}, not to this user ({uid})"
+    if lib.st_mode & 0o022:
+        return f"'{library}' can be written by other users (mode {stat.S_IMODE(lib.st_mode):04o})"
+    return ""
+
+
+def standin_library(folder: Optional[Path] = None) -> Path:
+    """The driver stand-in's path in `folder` (default `standin_dir()`), built there if missing. The folder is made
+    with mode 0700; before the library is used, the folder and the library must be this user's alone, else
+    CudaBuildError says why (a library someone else could have put there is never loaded)."""
+    folder = Path(folder) if folder is not None else standin_dir()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    path = folder / DRIVER
+    why = _not_private(folder, path)
+    if why:
+        raise CudaBuildError(f"refusing the CUDA driver stand-in: {why}; remove it or fix its owner and mode")
+    if not path.is_file():
+        _build_standin(path)
+    return path
 
 
 def _build_standin(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     src = path.with_name("standin.c")
     src.write_text(_STANDIN_C)
     tmp = path.with_name(f"{DRIVER}.{os.getpid()}.tmp")
@@ -83,9 +141,7 @@ def enable_cuda_codegen() -> str:
         ctypes.CDLL(DRIVER, mode=ctypes.RTLD_GLOBAL)
         how = "driver"
     except OSError:
-        path = _standin_path()
-        if not path.is_file():
-            _build_standin(path)
+        path = standin_library()
         ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)  # satisfies libtvm_runtime_cuda.so's NEEDED by soname
         how = "stand-in"
     runtime_dir = Path(libs["tvm_runtime"]._name).resolve().parent

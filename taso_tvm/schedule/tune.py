@@ -44,6 +44,7 @@ import tvm
 from tvm.target import Target
 
 from ..errors import SettingsError
+from ..safe_read import JSON_CAP, UnsafeFileError, check_regular_file, read_json
 from .apply import schedule_func
 from .target import SCHEDULE_VERSION
 
@@ -54,6 +55,7 @@ FFI_GOOD = "0.1.14.post1"  # apache-tvm-ffi 0.1.15.x segfaults when MetaSchedule
 INSTALL_HINT = "pip install 'taso-tvm[tune]'"
 BASELINES_FILE = "taso_baselines.json"
 LOG_FILE = "taso_tune.log"
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")  # MetaSchedule's JSONDatabase
 DEFAULT_DB_ENV = "TASO_TVM_TUNING_DB"
 MIN_TASK_SHARE = 0.01  # tasks under 1 % of the model's (weighted) baseline time get no trials
 MAX_TRIALS_PER_ITER = 16  # candidates per batch: the cost model relearns between batches
@@ -234,6 +236,12 @@ def open_database(db_dir: str) -> Any:
     read."""
     from tvm.s_tir import meta_schedule as ms
 
+    for name in DATABASE_FILES:  # read by TVM: regular files of a bounded size, or none
+        if os.path.lexists(os.path.join(db_dir, name)):
+            try:
+                check_regular_file(os.path.join(db_dir, name), "tuning database file", JSON_CAP)
+            except UnsafeFileError as e:
+                raise TuneError(str(e)) from None
     try:
         return ms.database.JSONDatabase(work_dir=db_dir)
     except Exception as e:  # noqa: BLE001 - TVM reports a bad file as a RuntimeError with the parser's words
@@ -252,10 +260,9 @@ class _Ledger:
         self.baselines: dict = {}
         if os.path.exists(self.path):
             try:
-                with open(self.path) as f:
-                    self.baselines = json.load(f)
-            except (OSError, ValueError) as e:
-                raise TuneError(f"cannot read '{self.path}': {e}") from None
+                self.baselines = read_json(self.path, "tuning baselines")
+            except UnsafeFileError as e:
+                raise TuneError(str(e)) from None
 
     @staticmethod
     def key(task_mod: tvm.IRModule, target: Target) -> str:

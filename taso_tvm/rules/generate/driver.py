@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import multiprocessing
-import os
-import pickle
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +22,7 @@ from ...graph.ops import OPS, facet
 from ..language.compile import parse_rules
 from ..op_facets import GEN_ATTRS, GEN_INPUTS
 from ..verify.verdict import main_not_reimported
+from .checkpoint import Checkpoint, parse_unit_line, unit_line
 from .emit import entry_yaml
 from .enumerate import Enumerator
 from .keep import Item, Keeper, reversed_candidate
@@ -138,11 +136,10 @@ def _quiet() -> None:
 
 
 def _run_unit(unit: tuple) -> tuple:
-    """(unit, the records pickled): the parent appends the bytes to the checkpoint as they are."""
+    """(unit, its checkpoint line): plain text, which the parent appends to the checkpoint as it is."""
     fam, i = unit
     prefix, whole = _WORKER["units"][fam][i]
-    recs = list(_WORKER["enum"][fam].run_unit(prefix, whole))
-    return unit, pickle.dumps(recs, protocol=pickle.HIGHEST_PROTOCOL)
+    return unit, unit_line(unit, list(_WORKER["enum"][fam].run_unit(prefix, whole)))
 
 
 @contextlib.contextmanager
@@ -151,94 +148,6 @@ def _no_progress(total: int, desc: str):
         def update(self, n: int = 1, note: str = "") -> None:
             pass
     yield _P()
-
-
-class _CheckpointUnpickler(pickle.Unpickler):
-    """Reads a checkpoint as data: only the generator's own classes and plain containers may appear in it, so a
-    tampered file cannot name a callable to run."""
-
-    _BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "complex", "slice", "bool", "int", "float",
-                           "str", "bytes"})
-
-    def find_class(self, module: str, name: str):  # noqa: D102
-        if module == "builtins" and name in self._BUILTINS:
-            return super().find_class(module, name)
-        if module.startswith("taso_tvm.rules.generate.") or module == "collections" and name in ("OrderedDict",
-                                                                                                   "Counter"):
-            return super().find_class(module, name)
-        if module.startswith("numpy") and name in ("_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"checkpoint names {module}.{name}, which a checkpoint never holds")
-
-
-class _Checkpoint:
-    """The finished enumeration units, appended to a file as they finish: a header naming the settings, then per
-    unit its id and its records (two pickles). Reading stops at the first incomplete unit (an interruption while
-    writing), which is cut off before anything is appended."""
-
-    def __init__(self, path: Optional[Path], s: Settings):
-        self.path, self.digest = path, s.digest()
-        self.file = None
-        self.resumed = 0
-
-    def load(self) -> list:
-        """[(unit, records)] of every complete unit in the file (none if it is missing, unreadable or for other
-        settings); afterwards the file is open for appending."""
-        if self.path is None:
-            return []
-        good, out = 0, []
-        if self.path.exists():
-            try:
-                with open(self.path, "rb") as f:
-                    head = _CheckpointUnpickler(f).load()
-                    if not isinstance(head, dict) or head.get("format") != FORMAT or \
-                            head.get("settings") != self.digest:
-                        log.warning("checkpoint %s is for other settings; starting afresh", self.path)
-                    else:
-                        good = f.tell()
-                        while True:
-                            try:
-                                unit = _CheckpointUnpickler(f).load()
-                                recs = _CheckpointUnpickler(f).load()
-                            except EOFError:
-                                break
-                            except Exception as err:  # noqa: BLE001 (a unit cut off while written: redo it)
-                                log.warning("checkpoint %s: the unit after %d is incomplete (%s); redoing it",
-                                            self.path, len(out), err)
-                                break
-                            good = f.tell()
-                            out.append((unit, recs))
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, IndexError) as err:
-                log.warning("cannot read checkpoint %s (%s); starting afresh", self.path, err)
-                good, out = 0, []
-        if good:
-            log.info("resuming from %s: %d unit(s) done", self.path, len(out))
-            self.file = open(self.path, "r+b")
-            self.file.truncate(good)
-            self.file.seek(good)
-        else:
-            self.file = open(self.path, "wb")
-            pickle.dump({"format": FORMAT, "settings": self.digest}, self.file, protocol=pickle.HIGHEST_PROTOCOL)
-            self.file.flush()
-        return out
-
-    def append(self, unit: tuple, data: bytes) -> None:
-        """Add one finished unit (its records as `pickle.dumps` gave them)."""
-        if self.file is not None:
-            self.file.write(pickle.dumps(unit, protocol=pickle.HIGHEST_PROTOCOL) + data)
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not None:
-            with contextlib.suppress(OSError):
-                os.fsync(self.file.fileno())
-            self.file.close()
-            self.file = None
-
-    def remove(self) -> None:
-        self.close()
-        if self.path is not None and self.path.exists():
-            self.path.unlink()
 
 
 def _pool_ctx():
@@ -271,7 +180,7 @@ class Buckets:
         self.graphs += len(records)
 
 
-def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
+def enumerate_all(s: Settings, jobs: int, ckpt: Checkpoint, progress: Callable,
                   deadline: Optional[float] = None) -> Buckets:
     """Every graph of the settings in its bucket: the checkpoint's units, then the others enumerated now (each
     appended to the checkpoint as it finishes). Past `deadline` (time.monotonic) no unit is started: the buckets'
@@ -287,9 +196,9 @@ def enumerate_all(s: Settings, jobs: int, ckpt: _Checkpoint, progress: Callable,
     todo = [u for u in units if u not in done]
     ckpt.resumed = len(done)
 
-    def finished(unit: tuple, data: bytes, bar) -> None:
-        ckpt.append(unit, data)
-        buckets.add(_CheckpointUnpickler(io.BytesIO(data)).load())  # read as the checkpoint will be
+    def finished(unit: tuple, line: str, bar) -> None:
+        ckpt.append(line)
+        buckets.add(parse_unit_line(line)[1])  # read as the checkpoint will be
         bar.update(1, f"{buckets.graphs} graphs")
 
     def late() -> bool:
@@ -372,7 +281,7 @@ def generate_rules(max_ops: int, ops: Optional[list] = None, jobs: int = 2, out:
     progress = progress or _no_progress
     t0 = time.perf_counter()
     ck_path = Path(checkpoint) if checkpoint else Path(str(out) + ".ckpt") if out else None
-    ckpt = _Checkpoint(ck_path, s)
+    ckpt = Checkpoint(ck_path, s.digest())
     counts: dict = {}
     deadline = time.monotonic() + time_budget if time_budget else None
     buckets = enumerate_all(s, jobs, ckpt, progress, deadline)

@@ -29,6 +29,7 @@ from ...graph.types import freeze
 from . import expr as E
 from .. import op_facets
 from .rule import ArgRef, AttrSpec, Constraint, PNode, Rule, RuleError, VerifySpec
+from ...safe_read import TEXT_CAP, UnsafeFileError, read_text
 from .yaml_lines import LList, LMap, YamlError, load_yaml
 
 
@@ -473,7 +474,11 @@ def read_rule_files(paths: Iterable) -> list:
     """Compile every rule of the given files (a directory means its *.yaml files)."""
     rules, names = [], {}
     for p in expand_paths(paths):
-        for r in parse_rules(Path(p).read_text(), str(p)):
+        try:
+            text = read_text(p, "rule file", TEXT_CAP)
+        except UnsafeFileError as err:
+            raise RuleError(f"cannot read the rule file: {err.detail}", str(p), None) from None
+        for r in parse_rules(text, str(p)):
             if r.name in names:
                 raise RuleError(f"duplicate rule name (also in {names[r.name]})", str(p), r.line, r.name)
             names[r.name] = f"{r.file}:{r.line}"

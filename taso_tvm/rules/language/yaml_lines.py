@@ -1,4 +1,5 @@
-"""Read YAML safely (SafeLoader, via `yaml.compose`) and keep the line number of every mapping key and list item."""
+"""Read YAML safely (the bounded safe loader of `taso_tvm.safe_read`) and keep the line number of every mapping key
+and list item."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,6 +7,7 @@ from typing import Any
 import yaml
 
 from ... import errors as _errors
+from ...safe_read import UnsafeFileError, compose_yaml, construct_scalar
 
 
 class LMap(dict):
@@ -34,10 +36,6 @@ class YamlError(_errors.RuleFileError, ValueError):
         self.msg, self.line = msg, line
 
 
-_SCALARS = yaml.SafeLoader("")  # only its constructor is used, for scalar nodes
-_COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when present (same nodes, faster)
-
-
 def _convert(node: yaml.Node) -> Any:
     if isinstance(node, yaml.MappingNode):
         out = LMap()
@@ -57,18 +55,13 @@ def _convert(node: yaml.Node) -> Any:
         out_l.line = node.start_mark.line + 1
         out_l.item_lines = [v.start_mark.line + 1 for v in node.value]
         return out_l
-    return _SCALARS.construct_object(node, deep=True)
+    return construct_scalar(node, "YAML")
 
 
 def load_yaml(text: str) -> Any:
     """Parse YAML text with the safe loader into LMap/LList/scalars. Raises YamlError with a line number."""
     try:
-        node = yaml.compose(text, Loader=_COMPOSER)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 0
-        problem = getattr(err, "problem", None) or str(err)
-        raise YamlError(f"invalid YAML: {problem}", line) from None
-    if node is None:
-        return None
-    return _convert(node)
+        node = compose_yaml(text, "YAML")
+        return None if node is None else _convert(node)
+    except UnsafeFileError as err:
+        raise YamlError(err.detail, err.line) from None
