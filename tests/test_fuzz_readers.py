@@ -156,6 +156,56 @@ def _check_checkpoint(data: bytes) -> None:
         r.close()
 
 
+def _sample_seed() -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, b=np.ones((2, 3), np.float32), a=np.arange(6, dtype=np.float32).reshape(2, 3))
+    return buf.getvalue()
+
+
+SAMPLE_SEED = _sample_seed()
+SIGNATURE_SEED = (b'{"format": "taso-tvm-library/1", "target": "llvm", "size": 16, "sha256": "00", "inputs": '
+                  b'[{"name": "a", "shape": [2, "N"], "dtype": "float32"}], "outputs": ["y"], '
+                  b'"example_shapes": {"a": [2, 3]}, "integer_high": {}}')
+
+
+def _check_sample(data: bytes) -> None:
+    """A sample is read as data and matched by name: the result, or a one-line SampleError."""
+    from taso_tvm.runtime.samples import InputSpec, SampleError, match_sample, read_sample
+
+    r = _Run(data, "s.npz")
+    try:
+        try:
+            got = match_sample(read_sample(str(r.path)), [InputSpec("a", (2, 3), "float32"),
+                                                          InputSpec("b", (2, "N"), "float32")], "inputs")
+            assert list(got) == ["a", "b"]
+        except SampleError as e:
+            assert e.exit_code == 2 and "\n" not in str(e).strip(), str(e)
+        r.unchanged()
+    finally:
+        r.close()
+
+
+def _check_signature(data: bytes) -> None:
+    """A signature file beside a library is read as data: parsed, or one line (the library is never loaded)."""
+    from taso_tvm.runtime.library import LibraryError, check_library
+
+    r = _Run(data, "m.so.inputs.json")
+    lib = r.path.parent / "m.so"
+    lib.write_bytes(b"\x7fELF\x02" + b"\0" * 11)
+    try:
+        with pytest.raises(LibraryError) as err:  # the stand-in library matches no signature
+            check_library(str(lib))
+        assert "\n" not in str(err.value).strip()
+        assert r.path.read_bytes() == r.data
+    finally:
+        lib.unlink()
+        r.close()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _memory_bound():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -188,6 +238,26 @@ def test_fuzz_settings_reader(data):
 @given(data=st.data())
 def test_fuzz_checkpoint_reader(data):
     _check_checkpoint(data.draw(mutated(_ckpt()[0])))
+
+
+@settings(**FAST)
+@given(data=mutated(SAMPLE_SEED))
+def test_fuzz_sample_reader(data):
+    _check_sample(data)
+
+
+@settings(**FAST)
+@given(data=mutated(SIGNATURE_SEED))
+def test_fuzz_signature_reader(data):
+    _check_signature(data)
+
+
+@pytest.mark.slow
+@settings(**SLOW)
+@given(data=mutated(SAMPLE_SEED) | mutated(SIGNATURE_SEED))
+def test_fuzz_sample_and_signature_long(data):
+    _check_sample(data)
+    _check_signature(data)
 
 
 @pytest.mark.slow

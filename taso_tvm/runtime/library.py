@@ -86,19 +86,16 @@ def write_library(ex: Any, path: str, signature: Signature) -> Signature:
 
 def read_signature(library_path: str) -> Signature:
     """The signature beside `library_path`, parsed and checked as data (size capped before reading)."""
+    from ..safe_read import UnsafeFileError, read_json
+
     path = signature_path(library_path)
-    try:
-        st = os.stat(path)
-    except OSError:
+    if not os.path.lexists(path):
         raise LibraryError(f"no signature file beside '{library_path}' ({path}): only a library that "
-                           "`taso-tvm compile` wrote is loaded (a .so runs code when loaded)") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SIGNATURE_BYTES:
-        raise LibraryError(f"signature file '{path}' is not a regular file of at most {MAX_SIGNATURE_BYTES} bytes")
+                           "`taso-tvm compile` wrote is loaded (a .so runs code when loaded)")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError, RecursionError) as e:
-        raise LibraryError(f"signature file '{path}' is not valid JSON: {str(e).splitlines()[0][:120]}") from None
+        data = read_json(path, "signature file", MAX_SIGNATURE_BYTES)
+    except UnsafeFileError as e:
+        raise LibraryError(str(e)) from None
     if not isinstance(data, dict) or data.get("format") != SIGNATURE_FORMAT:
         raise LibraryError(f"signature file '{path}' is not a {SIGNATURE_FORMAT} signature (written by another "
                            "version of taso-tvm? compile the model again)")

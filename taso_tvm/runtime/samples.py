@@ -3,8 +3,6 @@ inputs by name, never by position: a missing or extra name, a wrong dtype or a w
 """
 from __future__ import annotations
 
-import os
-import stat
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, Union
@@ -69,13 +67,13 @@ def onnx_input_specs(model: Any) -> list[InputSpec]:
 def read_sample(path: str) -> dict[str, np.ndarray]:
     """The named arrays of an .npz file, checked first: a regular file, a zip of .npy members, at most
     MAX_SAMPLE_BYTES uncompressed; object arrays (pickles) are refused."""
+    from ..safe_read import UnsafeFileError, check_regular_file
+
     label = f"inputs '{path}'"
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise SampleError(f"cannot read {label}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise SampleError(f"cannot read {label}: not a regular file")
+        check_regular_file(path, "inputs")
+    except UnsafeFileError as e:
+        raise SampleError(str(e)) from None
     try:
         with zipfile.ZipFile(path) as z:
             members = z.infolist()
