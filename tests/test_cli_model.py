@@ -70,15 +70,25 @@ def test_input_shapes_fix_symbolic_dims(tmp_path, config):
 @pytest.mark.parametrize("argv,msg", [
     (["compile", "{m}", "--target", "fpga", "-o", "{t}/x.so"], "unknown target 'fpga'"),
     (["optimize", "{m}", "-o", "{t}/x.onnx", "--config", "{t}/missing.yaml"], "cannot read config"),
-    (["optimize", "{m}", "-o", "{t}/x.onnx", "--alpha", "0.2"], "alpha must be"),
-    (["optimize", "{m}", "-o", "{t}/x.onnx", "--budget", "-3"], "budget must be"),
-    (["optimize", "{m}", "-o", "{t}/x.onnx", "--time-limit", "-1"], "time limit must be"),
     (["optimize", "{t}/none.onnx", "-o", "{t}/x.onnx"], "no such file"),
     (["run", "{t}/none.so"], "no such file"),
 ])
 def test_bad_input_is_one_line(argv, msg, model_path, tmp_path, capsys):
     argv = [a.format(m=model_path, t=tmp_path) for a in argv]
     assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1 and err.startswith("taso-tvm: error:")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["optimize", "{m}", "-o", "{t}/x.onnx", "--alpha", "0.2"], "--alpha: must be"),
+    (["optimize", "{m}", "-o", "{t}/x.onnx", "--budget", "-3"], "--budget: must be"),
+    (["optimize", "{m}", "-o", "{t}/x.onnx", "--time-limit", "-1"], "--time-limit: must be"),
+])
+def test_bad_flag_values_are_one_line_usage_errors(argv, msg, model_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([a.format(m=model_path, t=tmp_path) for a in argv])
+    assert e.value.code == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1 and err.startswith("taso-tvm: error:")
 

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .model import add_model_commands
-from .argtypes import nonneg_int, positive_int
+from .argtypes import OneLineParser, nonneg_int, positive_int
 from .common import CLIError
 
 log = logging.getLogger("taso_tvm")
@@ -72,7 +72,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="taso-tvm", description="TASO graph superoptimizer for Apache TVM Relax")
+    p = OneLineParser(prog="taso-tvm", description="TASO graph superoptimizer for Apache TVM Relax")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress and details")
     sub = p.add_subparsers(dest="cmd", required=True)
 

@@ -80,3 +80,11 @@ def alpha(text: str) -> float:
     if not lo <= v <= hi:
         raise argparse.ArgumentTypeError(f"must be in [{lo:g}, {hi:g}], not {text.strip()}")
     return v
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (the flag, what is wrong, where help is) and exit status 2, instead
+    of the whole usage text: a bad value is bad input like any other."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"taso-tvm: error: {message} (see '{self.prog} --help')\n")

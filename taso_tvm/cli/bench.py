@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import errors as _errors
-from .argtypes import nonneg_int, positive_float, positive_int
+from .argtypes import OneLineParser, nonneg_int, positive_float, positive_int
 
 log = logging.getLogger("taso_tvm")
 
@@ -297,7 +297,7 @@ def bench_model(label: str, model: Any, args: argparse.Namespace, settings: dict
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="taso-tvm bench", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="taso-tvm bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="*", help=f"zoo names or ONNX files (default: {' '.join(DEFAULT_MODELS)})")
     p.add_argument("--json", help="write every number as JSON")

@@ -14,11 +14,11 @@ from typing import Optional, Sequence
 
 from ..cost.config import load_cost_config
 from ..errors import TasoError, is_interrupt, one_line
-from .argtypes import nonneg_int
+from .argtypes import OneLineParser, nonneg_int
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="taso-tvm cost", description="Cost of an ONNX model under the cost model: "
+    p = OneLineParser(prog="taso-tvm cost", description="Cost of an ONNX model under the cost model: "
                                 "one line per distinct kernel (TVM FuseOps grouping) and the total.")
     p.add_argument("model", help="ONNX file")
     p.add_argument("--backend", choices=["tvm", "ort", "analytic"], help="cost backend (default: from config)")
@@ -52,7 +52,7 @@ def _finite(v):
 
 def _exchange_parser(command: str) -> argparse.ArgumentParser:
     if command == "export-kernels":
-        p = argparse.ArgumentParser(
+        p = OneLineParser(
             prog="taso-tvm cost export-kernels",
             description="Build the kernels a search of MODEL would measure (those the cost cache lacks for the "
                         "device) for the target, into a folder that carries them, TVM's runtime and the script "
@@ -64,7 +64,7 @@ def _exchange_parser(command: str) -> argparse.ArgumentParser:
                                         "already imported for it are not exported again")
         p.add_argument("--no-runtime", action="store_true", help="leave TVM's runtime out of the folder")
     else:
-        p = argparse.ArgumentParser(
+        p = OneLineParser(
             prog="taso-tvm cost import-timings",
             description="Store the timings time_kernels.py wrote on the device in the cost cache; then a search "
                         "with backend tvm, the export's target and `device: NAME` reads them as measured.")

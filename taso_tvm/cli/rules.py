@@ -16,7 +16,7 @@ from ..rules.generate.driver import DEFAULT_TIME_BUDGET_S
 from ..rules.language.rule import RuleError
 from ..rules.language.compile import read_rule_files
 from ..rules.ruleset import RuleSet, library_files
-from .argtypes import nonneg_float, nonneg_int, positive_int
+from .argtypes import OneLineParser, nonneg_float, nonneg_int, positive_int
 from ..rules.verify.verdict import Cache, axioms_digest, load_axioms, rule_key, verify_axioms, verify_rules
 from ..rules.verify.results import VerifyResult, tally
 
@@ -144,7 +144,7 @@ def cmd_generate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="taso-tvm rules", description="TASO substitution rules")
+    p = OneLineParser(prog="taso-tvm rules", description="TASO substitution rules")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="prove rules with Z3 (bounded and axiomatic); exit 1 if any is not verified")
     v.add_argument("files", nargs="*", help="rule files or directories (default: the shipped library)")
