@@ -48,21 +48,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     _writable(args.output)
     _tolerances(args)
     target = parse_target(args.target)
-    if args.tuning_db and args.tune is None:
-        raise CLIError("--tuning-db goes with --tune (--tune 0 builds with what the database holds)")
     from ..onnx_io import parse_shapes
     from ..tvmc import compile as compile_model
-    from ..tvmc import load
 
-    if args.tune is not None:
-        from ..tvmc import check_tune
-
-        check_tune(target, not args.no_schedule, args.tuning_db)
     settings = None if args.no_optimize else search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
-    model = load(args.model, shapes)
-    package = compile_model(model, target, optimize=not args.no_optimize, tune=args.tune, settings=settings,
-                            threads=threads, schedule=not args.no_schedule, check=not args.no_check,
+    package = compile_model(args.model, target, optimize=not args.no_optimize, tune=args.tune, settings=settings,
+                            shapes=shapes, threads=threads, schedule=not args.no_schedule, check=not args.no_check,
                             time_check=not args.no_time_check, time_cap=args.time_cap, rtol=args.rtol,
                             atol=args.atol, tuning_db=args.tuning_db)
     package.export(args.output)
