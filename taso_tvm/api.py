@@ -292,18 +292,15 @@ def search_graph(graph: Graph, rules: Any = None, cost: Any = None, alpha: Optio
     """The search on a builder graph with resolved settings: (best TensorGraph, the search's statistics)."""
     import tvm
 
-    from .relay_pass.settings import resolve_settings
-    from .relay_pass.taso_pass import _resolve_cost, _resolve_rules
-    from .search import SearchConfig, optimize_graph
+    from .relay_pass import Settings
+    from .search import optimize_graph
 
-    s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
-                         region_size=region_size)
-    cfg = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
-                       region_size=s["region_size"])
+    s = Settings.resolve(config, overrides=dict(rules=rules, cost=cost, alpha=alpha, budget=budget,
+                                                time_limit=time_limit, region_size=region_size))
     tgt = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
-    model, owned = _resolve_cost(s["cost"], tgt)
+    model, owned = s.resolve_cost(tgt)
     try:
-        return optimize_graph(graph.to_tensor_graph(), _resolve_rules(s["rules"]), model, cfg)
+        return optimize_graph(graph.to_tensor_graph(), s.resolve_rules(), model, s.search_config())
     finally:
         if owned:
             model.close()

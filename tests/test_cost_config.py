@@ -91,14 +91,14 @@ def test_a_backend_flag_keeps_the_settings_files_other_cost_settings(tmp_path):
     """`--config c.yaml --cost-backend tvm`: the flag picks the backend, the file's cache and target still hold."""
     from taso_tvm.cost.config import CostConfig
     from taso_tvm.relay_pass.settings import resolve_settings
-    from taso_tvm.relay_pass.taso_pass import _resolve_cost
+    from taso_tvm.relay_pass import resolve_cost
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("search: {budget: 3}\ncost:\n  cache: ''\n  build_jobs: 1\n")
     s = resolve_settings(str(cfg), cost="tvm")
     assert isinstance(s["cost"], CostConfig) and s["budget"] == 3
     assert (s["cost"].backend, s["cost"].cache, s["cost"].build_jobs) == ("tvm", "", 1)
-    model, owned = _resolve_cost(s["cost"], None, "onnx")
+    model, owned = resolve_cost(s["cost"], None, "onnx")
     try:
         assert owned and model.config.backend == "tvm" and model.config.cache_path is None
     finally:

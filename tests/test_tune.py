@@ -97,7 +97,7 @@ def test_tuning_end_to_end_on_a_matmul(tmp_path, capsys):
     from tvm_ffi import structural_equal
 
     from taso_tvm.runtime.check import compare
-    from taso_tvm.cli.compile import vm_outputs
+    from taso_tvm.tvmc import vm_outputs
     from taso_tvm.cli.common import parse_target
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.schedule.tune import apply_database, build_tuned, fused_module, tuned_target

@@ -17,6 +17,7 @@ A Markdown table goes to stdout; `--json` writes every number; `--plot` a bar ch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -108,7 +109,7 @@ def onnxsim_of(model: Any) -> tuple[Any, str]:
 
 
 # ------------------------------------------------------------------------------------------------ ONNX Runtime
-def run_search(model: Any, row: BenchRow, settings: dict, shapes: Optional[dict], guard_cap: float,
+def run_search(model: Any, row: BenchRow, settings: Any, shapes: Optional[dict], guard_cap: float,
                threads: int) -> Any:
     """Optimize as `taso-tvm optimize` does, twice: with an empty cost cache, then with the cache it filled."""
     from ..onnx_opt import optimize_onnx
@@ -120,7 +121,7 @@ def run_search(model: Any, row: BenchRow, settings: dict, shapes: Optional[dict]
             times, result = [], None
             for _ in range(2):
                 t0 = time.monotonic()
-                result, report = optimize_onnx(model, dict(settings), shapes=shapes, time_cap=guard_cap,
+                result, report = optimize_onnx(model, settings, shapes=shapes, time_cap=guard_cap,
                                                threads=threads)
                 times.append(time.monotonic() - t0)
         finally:
@@ -274,7 +275,7 @@ def plot(rows: Sequence[BenchRow], path: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ main
-def bench_model(label: str, model: Any, args: argparse.Namespace, settings: dict) -> BenchRow:
+def bench_model(label: str, model: Any, args: argparse.Namespace, settings: Any) -> BenchRow:
     from ..runtime.check import random_feeds
 
     row = BenchRow(label)
@@ -336,8 +337,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..onnx_io import parse_shapes
 
     args.shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
-    settings = search_settings(args)
-    settings.pop("target", None)
+    settings = dataclasses.replace(search_settings(args), target=None)
     models = load_models(args.models or DEFAULT_MODELS, args.bert_layers)
     rows = []
     for label, model in models:

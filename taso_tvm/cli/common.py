@@ -14,10 +14,9 @@ class CLIError(_errors.SettingsError):
 
 
 # ----------------------------------------------------------------------------------------- settings
-def search_settings(args: argparse.Namespace) -> dict:
-    """TasoOptimize keyword arguments from --config and the search flags (flags win)."""
-    from ..relay_pass.settings import SettingsError, resolve_settings
-    from ..search import SearchConfig
+def search_settings(args: argparse.Namespace) -> Any:
+    """The call's `Settings` from --config and the search flags (flags win), resolved once."""
+    from ..relay_pass.settings import Settings, SettingsError
 
     rules = None
     if getattr(args, "rules", None):  # added to the library (a settings file's `rules:` list may replace it)
@@ -25,41 +24,25 @@ def search_settings(args: argparse.Namespace) -> dict:
         from ..rules.ruleset import LIBRARY_ENTRY
 
         rules = load_named_rules(rule_paths([LIBRARY_ENTRY] + list(args.rules)))
+    target = parse_target(args.target) if getattr(args, "target", None) else None
     try:
-        s = resolve_settings(getattr(args, "config", None), alpha=getattr(args, "alpha", None),
-                             budget=getattr(args, "budget", None), time_limit=getattr(args, "time_limit", None),
-                             cost=getattr(args, "cost_backend", None), rules=rules,
-                             method=getattr(args, "search", None))
-        SearchConfig(**{k: s[k] for k in ("alpha", "budget", "time_limit", "region_size", "method")}).validate()
+        return Settings.resolve(getattr(args, "config", None), overrides=dict(
+            alpha=getattr(args, "alpha", None), budget=getattr(args, "budget", None),
+            time_limit=getattr(args, "time_limit", None), cost=getattr(args, "cost_backend", None), rules=rules,
+            method=getattr(args, "search", None), target=target))
     except (SettingsError, ValueError) as e:
         raise CLIError(str(e)) from None
-    s["target"] = parse_target(args.target) if getattr(args, "target", None) else None
-    return s
 
 
-def parse_target(text: Optional[str]) -> Any:
-    """llvm, cuda (sm_90 by default) or a JSON target dict -> tvm.target.Target (the cost model's parser)."""
-    import tvm
-
-    from ..cost.config import CostConfigError
-    from ..cost.config import parse_target as target_dict
+def parse_target(text: Any) -> Any:
+    """The library's `make_target`, its errors as CLIError (one line, exit 2)."""
+    from ..errors import SettingsError
+    from ..tvmc.target import make_target
 
     try:
-        spec = target_dict(text or "llvm")
-    except CostConfigError as e:
+        return make_target(text)
+    except SettingsError as e:
         raise CLIError(str(e)) from None
-    host = spec.pop("host", None)
-    if spec["kind"] == "llvm":
-        from ..schedule import with_host_cpu
-
-        spec = with_host_cpu(spec)  # a bare llvm target would get generic x86-64 code: build for this CPU
-    if spec["kind"] == "cuda":
-        spec.setdefault("arch", "sm_90")
-        host = host or {"kind": "llvm"}
-    try:
-        return tvm.target.Target(spec, host=host) if host else tvm.target.Target(spec)
-    except Exception as e:  # TVM raises several types for bad target dicts
-        raise CLIError(f"unknown target {text}: {str(e).splitlines()[-1]}") from None
 
 
 def _writable(*paths: Optional[str]) -> None:

@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from ..cost.config import load_cost_config
+from ..cost.config import BACKENDS, load_cost_config
 from ..errors import TasoError, is_interrupt, one_line
 from .argtypes import OneLineParser, nonneg_int
 
@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="taso-tvm cost", description="Cost of an ONNX model under the cost model: "
                                 "one line per distinct kernel (TVM FuseOps grouping) and the total.")
     p.add_argument("model", help="ONNX file")
-    p.add_argument("--backend", choices=["tvm", "ort", "analytic"], help="cost backend (default: from config)")
+    p.add_argument("--backend", choices=list(BACKENDS), help="cost backend (default: from config)")
     p.add_argument("--target", help="llvm, cuda or a JSON target dict (default: from config)")
     p.add_argument("--config", help="cost config YAML (e.g. configs/cpu.yaml)")
     p.add_argument("--rpc", help="HOST:PORT:KEY of a TVM RPC tracker to measure on (tvm backend)")

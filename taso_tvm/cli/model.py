@@ -91,18 +91,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.no_search:
         return _convert(proto, shapes, args)
     from ..onnx_opt import PrepareError, optimize_onnx
-    from ..relay_pass.settings import search_scope
 
-    search = {k: settings[k] for k in ("alpha", "budget", "time_limit", "region_size", "rules", "cost")}
-    search["target"] = settings.get("target")
     inputs = _read_inputs(args.inputs, proto) if args.inputs else None
     try:
-        with search_scope(method=settings["method"]):  # the ONNX optimizer makes the passes; they read it here
-            out_model, report = optimize_onnx(proto, search, shapes=shapes, fix_shapes=args.fix_shapes,
-                                              inputs=inputs, check=not args.no_check,
-                                              time_check=not args.no_time_check, time_cap=args.time_cap,
-                                              threads=args.threads, rtol=args.rtol, atol=args.atol,
-                                              standard_ops=args.standard_ops)
+        out_model, report = optimize_onnx(proto, settings, shapes=shapes, fix_shapes=args.fix_shapes,
+                                          inputs=inputs, check=not args.no_check,
+                                          time_check=not args.no_time_check, time_cap=args.time_cap,
+                                          threads=args.threads, rtol=args.rtol, atol=args.atol,
+                                          standard_ops=args.standard_ops)
     except PrepareError as e:
         raise CLIError(str(e)) from None
     save_model(out_model, args.output, args.external_data, proto)
@@ -158,6 +154,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
 
 
 def add_model_commands(sub: Any) -> None:
+    from ..cost.config import BACKENDS
     from ..onnx_io.weights import EXTERNAL_MODES
     from ..search import METHODS, SearchConfig
     from .argtypes import alpha, nonneg_float, nonneg_int, positive_float, positive_int
@@ -178,7 +175,7 @@ def add_model_commands(sub: Any) -> None:
             p.add_argument("--rules", action="append", metavar="FILE",
                            help="a rule file to search with besides the shipped library, e.g. one written by "
                                 "`taso-tvm rules generate` (repeatable; every rule in it must verify)")
-            p.add_argument("--cost-backend", choices=["auto", "analytic", "tvm", "ort"],
+            p.add_argument("--cost-backend", choices=list(BACKENDS),
                            help="cost model backend (default auto: ONNX Runtime kernels for optimize, TVM kernels "
                                 "on the target for compile)")
             p.add_argument("--no-check", action="store_true", help="skip the numerical check against the original")

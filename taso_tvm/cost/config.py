@@ -16,9 +16,13 @@ from typing import Any, Optional, Union
 from .. import errors as _errors
 from ..safe_read import UnsafeFileError, read_yaml
 
+# The one registry of cost backends and target kinds: every parser (--cost-backend, cost --backend, --target) and
+# every message reads these.
 BACKENDS = ("auto", "tvm", "ort", "analytic")
 # "auto": measure on the runtime that will run the result (ORT for an ONNX output, TVM on the build target)
 AUTO = "auto"
+TARGET_KINDS = ("llvm", "cuda")
+DEFAULT_CUDA_ARCH = "sm_90"  # a CUDA target's arch when neither the user nor a local GPU names one
 DEFAULT_CACHE = "~/.cache/taso_tvm/costs.sqlite"
 CACHE_ENV = "TASO_TVM_COST_CACHE"
 
@@ -82,25 +86,28 @@ class CostConfig:
         return base
 
 
+_KINDS = ", ".join(TARGET_KINDS)
+
+
 def parse_target(target: Union[str, dict]) -> dict:
     """'llvm', 'cuda' or a JSON target dict (string or mapping) -> a target dict for `tvm.target.Target`."""
     if isinstance(target, dict):
         d = dict(target)
     elif not isinstance(target, str):
-        raise CostConfigError(f"unknown target {target!r}: use llvm, cuda or a JSON target dict")
+        raise CostConfigError(f"unknown target {target!r}: use {_KINDS} or a JSON target dict")
     elif target.strip().startswith("{"):
         try:
             d = json.loads(target)
         except json.JSONDecodeError as e:
             raise CostConfigError(f"target is not valid JSON: {e}") from None
         if not isinstance(d, dict):
-            raise CostConfigError(f"unknown target {target!r}: use llvm, cuda or a JSON target dict")
-    elif target.strip() in ("llvm", "cuda"):
+            raise CostConfigError(f"unknown target {target!r}: use {_KINDS} or a JSON target dict")
+    elif target.strip() in TARGET_KINDS:
         d = {"kind": target.strip()}
     else:
-        raise CostConfigError(f"unknown target '{target}': use llvm, cuda or a JSON target dict")
-    if d.get("kind") not in ("llvm", "cuda"):
-        raise CostConfigError(f"unknown target kind {d.get('kind')!r}: use llvm or cuda")
+        raise CostConfigError(f"unknown target '{target}': use {_KINDS} or a JSON target dict")
+    if d.get("kind") not in TARGET_KINDS:
+        raise CostConfigError(f"unknown target kind {d.get('kind')!r}: use {' or '.join(TARGET_KINDS)}")
     return d
 
 
@@ -153,7 +160,8 @@ def _check_type(name: str, v: Any, where: str) -> None:
 
 def _check(cfg: CostConfig, where: str) -> CostConfig:
     if cfg.backend not in BACKENDS:
-        raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use auto, tvm, ort or analytic")
+        raise CostConfigError(f"unknown backend '{cfg.backend}'{where}: use {', '.join(BACKENDS[:-1])} or "
+                              f"{BACKENDS[-1]}")
     parse_target(cfg.target)
     if cfg.repeat < 1 or cfg.number < 0 or cfg.min_repeat_ms < 0:
         raise CostConfigError(f"repeat must be >= 1, number >= 0, min_repeat_ms >= 0{where}")

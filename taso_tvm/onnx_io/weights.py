@@ -44,10 +44,37 @@ class WeightsError(_errors.ModelError, ValueError):
 
 # ----------------------------------------------------------------------------------------- tensors
 def tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    """Every initializer of the model, subgraphs' included, and Constant nodes' tensor values."""
-    from onnx.external_data_helper import _get_all_tensors
+    """Every initializer of the model, subgraphs' included, then the tensors in node attributes (Constant nodes'
+    values; the graph's, its subgraphs' and its functions'): the order of onnx's own walk, which it keeps private."""
+    yield from _initializers(model.graph)
+    for g in [model.graph, *model.functions]:
+        yield from _attribute_tensors(g)
 
-    yield from _get_all_tensors(model)
+
+def _subgraphs(attribute: onnx.AttributeProto) -> list:
+    if attribute.type == onnx.AttributeProto.GRAPH:
+        return [attribute.g]
+    if attribute.type == onnx.AttributeProto.GRAPHS:
+        return list(attribute.graphs)
+    return []
+
+
+def _initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            for g in _subgraphs(a):
+                yield from _initializers(g)
+
+
+def _attribute_tensors(graph: Any) -> Iterator[onnx.TensorProto]:
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            for g in _subgraphs(a):
+                yield from _attribute_tensors(g)
 
 
 def _info(t: onnx.TensorProto) -> dict:

@@ -167,7 +167,7 @@ def _label(cap: Capture) -> str:
     return ", ".join(f"{k}{list(v.shape)}" for k, v in list(cap.feeds.items())[:2])
 
 
-def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
+def optimize_onnx(model: onnx.ModelProto, settings: Any = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None, fix_shapes: bool = False,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
                   threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False,
@@ -175,7 +175,8 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
                   standard_ops: bool = False) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
-    settings: TasoOptimize keywords (rules, cost, alpha, budget, time_limit, region_size, target, config).
+    settings: a resolved `relay_pass.Settings`, or TasoOptimize keywords (rules, cost, alpha, budget, time_limit,
+        region_size, target, config) resolved here once.
     shapes: input shapes to cost at (symbolic dims keep their names in the output unless `fix_shapes`).
     inputs: sample inputs (name -> array) for the checks, where random ones would not do (a sample rate, token
     ids); their shapes set the binding when `shapes` does not.
@@ -197,7 +198,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Optional[dict] = None,
     return result, report
 
 
-def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional[Mapping[str, Sequence[int]]],
+def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[str, Sequence[int]]],
               fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
               rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
               standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
@@ -363,7 +364,9 @@ def _target(target: Any) -> Any:
 
     spec = {"kind": target} if isinstance(target, str) else dict(target)
     if spec.get("kind") == "cuda":
-        spec.setdefault("arch", "sm_90")
+        from ..cost.config import DEFAULT_CUDA_ARCH
+
+        spec.setdefault("arch", DEFAULT_CUDA_ARCH)
         return tvm.target.Target(spec, host={"kind": "llvm"})
     return tvm.target.Target(spec)
 
@@ -407,15 +410,15 @@ def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list
 class _RegionSearch:
     """Searches regions with one rule set and one cost model; `run` returns the accepted replacements."""
 
-    def __init__(self, prep: Prepared, sym_types: dict, settings: dict, report: OnnxReport, rtol: float,
+    def __init__(self, prep: Prepared, sym_types: dict, settings: Any, report: OnnxReport, rtol: float,
                  atol: float, strict: bool, standard_ops: bool = False, keep_out: bool = False):
-        from ..relay_pass.taso_pass import _resolve_cost, _resolve_rules
-        from ..relay_pass.settings import resolve_settings
+        from ..relay_pass import Settings
 
-        s = resolve_settings(settings.get("config"), **{k: v for k, v in settings.items() if k != "config"})
-        self.rules = _resolve_rules(s["rules"])
-        self.cost, self.owned = _resolve_cost(s["cost"], _target(settings.get("target")), "onnx")
-        self.search = {k: s[k] for k in ("alpha", "budget", "time_limit", "region_size")}
+        s = settings if isinstance(settings, Settings) else \
+            Settings.resolve(settings.get("config"), overrides={k: v for k, v in settings.items() if k != "config"})
+        self.rules = s.resolve_rules()
+        self.cost, self.owned = s.resolve_cost(_target(s.target), "onnx")
+        self.search = {"settings": s}  # resolved once: the regions' passes read this object, not the files again
         self.search["standard_ops"] = standard_ops
         self.sym_types, self.report, self.rtol, self.atol, self.strict = sym_types, report, rtol, atol, strict
         self.keep_out = keep_out

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import dataclasses
 import os
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from .. import errors as _errors
 from ..safe_read import UnsafeFileError, read_yaml
@@ -131,11 +131,79 @@ def search_scope(**settings: Any) -> Iterator[None]:
         _SCOPE.reset(token)
 
 
+SEARCH_KEYS = tuple(SEARCH_DEFAULTS)  # the search settings users set: alpha, budget, time_limit, region_size, method
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every setting of one call (the search's, the cost model, the rules, the target), resolved once and passed
+    down: the pass, the ONNX optimizer and the faces read this object instead of the files again.
+
+    `cost` is what the user named (a backend name, a cost settings file, a merged `CostConfig`, a cost model or a
+    callable); `rules` a RuleSet, rule file path(s) or None (the shipped library); `target` a tvm Target, a target
+    dict or name, or None. `resolve_cost` / `resolve_rules` turn them into the objects the search uses."""
+
+    alpha: float = SEARCH_DEFAULTS["alpha"]
+    budget: int = SEARCH_DEFAULTS["budget"]
+    time_limit: Optional[float] = SEARCH_DEFAULTS["time_limit"]
+    region_size: int = SEARCH_DEFAULTS["region_size"]
+    method: str = SEARCH_DEFAULTS["method"]
+    cost: Any = None
+    rules: Any = None
+    target: Any = None
+
+    @classmethod
+    def resolve(cls, config: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+                overrides: Optional[Mapping[str, Any]] = None) -> "Settings":
+        """Merge the defaults, the file named by `env`'s $TASO_TVM_CONFIG (`env` defaults to os.environ), the
+        `config` file, an enclosing `search_scope` and the non-None `overrides`; validated (SettingsError)."""
+        explicit = dict(overrides or {})
+        unknown = [k for k in explicit if k not in SETTING_KEYS]
+        if unknown:
+            raise SettingsError(_errors.unknown_key("setting", unknown[0], SETTING_KEYS, ""))
+        out = _merged(config, os.environ if env is None else env, explicit)
+        settings = cls(**out)
+        try:
+            settings.search_config()
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
+        return settings
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with the non-None `changes` applied."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def search_config(self, **extra: Any) -> SearchConfig:
+        """The search's `SearchConfig` (validated; ValueError names a setting out of range)."""
+        return SearchConfig(**{k: getattr(self, k) for k in SEARCH_KEYS}, **extra).validate()
+
+    def as_dict(self) -> dict:
+        """{setting: value} (the keys of `resolve_settings`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def resolve_rules(self) -> Any:
+        """The RuleSet to search with (`resolve_rules`)."""
+        return resolve_rules(self.rules)
+
+    def resolve_cost(self, target: Any = None, runtime: str = "tvm") -> tuple[Any, bool]:
+        """(cost model, owned) measuring on `target` (default: this object's) for `runtime` (`resolve_cost`)."""
+        return resolve_cost(self.cost, target if target is not None else self.target, runtime)
+
+
+SETTING_KEYS = tuple(f.name for f in dataclasses.fields(Settings))
+
+
 def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:
-    """Merge defaults, $TASO_TVM_CONFIG, `config`, an enclosing `search_scope` and explicit (non-None) settings
-    into one flat dict with keys alpha, budget, time_limit, region_size, method, cost, rules."""
-    out: dict = dict(SEARCH_DEFAULTS, cost=None, rules=None)
-    for path in (os.environ.get(CONFIG_ENV), config):
+    """`Settings.resolve(config, os.environ, explicit)` as a flat dict with keys alpha, budget, time_limit,
+    region_size, method, cost, rules, target (not validated: a caller may still adjust it)."""
+    return _merged(config, os.environ, explicit)
+
+
+def _merged(config: Optional[str], env: Mapping[str, str], explicit: Mapping[str, Any]) -> dict:
+    """Defaults < $TASO_TVM_CONFIG's file (read from `env`) < `config` < an enclosing `search_scope` < the
+    non-None `explicit` settings."""
+    out: dict = dict(SEARCH_DEFAULTS, cost=None, rules=None, target=None)
+    for path in (env.get(CONFIG_ENV), config):
         if path:
             s = read_settings(path)
             out.update(s["search"])
@@ -152,6 +220,55 @@ def resolve_settings(config: Optional[str] = None, **explicit: Any) -> dict:
         explicit = {k: v for k, v in explicit.items() if k != "cost"}
     out.update({k: v for k, v in explicit.items() if v is not None})
     return out
+
+
+def resolve_rules(rules: Any) -> Any:
+    """A RuleSet from a RuleSet (returned as is), rule file path(s), or None (the shipped library)."""
+    from ..rules import load_rules
+
+    if rules is None:
+        return load_rules()
+    if isinstance(rules, (str, list, tuple)) and not hasattr(rules, "matches"):
+        return load_rules(rules)
+    return rules
+
+
+def target_kind(target: Any) -> Optional[str]:
+    """'cuda' or 'llvm' for a tvm Target, a target dict or name; None for None."""
+    if target is None:
+        return None
+    if isinstance(target, str):
+        kind = target
+    elif isinstance(target, dict):
+        kind = target.get("kind")
+    else:
+        kind = target.kind.name
+    return "cuda" if kind == "cuda" else "llvm"
+
+
+def resolve_cost(cost: Any, target: Any = None, runtime: str = "tvm") -> tuple[Any, bool]:
+    """(cost, owned): a cost model or callable for the search, and whether we made it (and must close it).
+
+    `cost` is a cost model (with `graph_cost`), a callable graph -> float, a backend name (`cost.config.BACKENDS`),
+    a cost config file, a `CostConfig`, or None (the default config, measuring on `target`). `auto` measures on
+    `runtime`: "onnx" (ONNX Runtime kernels) or "tvm" (TVM kernels on the target)."""
+    if hasattr(cost, "graph_cost") or callable(cost):
+        return cost, False
+    from ..cost import CostModel, load_cost_config
+    from ..cost.config import BACKENDS, CostConfig, resolve_backend
+
+    spec = target_kind(target)
+    if isinstance(cost, CostConfig):  # settings already merged (a file plus a backend named on top of it)
+        cfg = dataclasses.replace(cost, target=spec) if spec is not None else cost
+        return CostModel(resolve_backend(cfg, runtime)), True
+    overrides = {"target": spec} if spec is not None else {}
+    if cost is None:
+        cfg = load_cost_config(**overrides)
+    elif isinstance(cost, str) and cost in BACKENDS:
+        cfg = load_cost_config(backend=cost, **overrides)
+    else:
+        cfg = load_cost_config(cost, **overrides)
+    return CostModel(resolve_backend(cfg, runtime)), True
 
 
 def _is_backend(name: str) -> bool:

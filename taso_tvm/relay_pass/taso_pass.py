@@ -6,8 +6,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
-
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,10 +19,10 @@ from ..runtime.check import DEFAULT_ATOL, DEFAULT_RTOL, CheckError, CheckFailed,
 from ..graph import TensorGraph, fold_weights
 from ..graph.ops.decompose import lowering
 from ..schedule import schedule_pipeline
-from ..search import SearchConfig, SearchStats, optimize_graph
+from ..search import SearchStats, optimize_graph
 from .lift import LiftedBlock
 from .rewrite import rewrite_module
-from .settings import resolve_settings
+from .settings import Settings, resolve_cost, resolve_rules
 
 log = logging.getLogger(__name__)
 
@@ -58,51 +56,6 @@ class PassReport:
         return tot
 
 
-def _resolve_rules(rules: Any):
-    from ..rules import load_rules
-
-    if rules is None:
-        return load_rules()
-    if isinstance(rules, (str, list, tuple)) and not hasattr(rules, "matches"):
-        return load_rules(rules)
-    return rules
-
-
-def _target_spec(target: Optional[tvm.target.Target]) -> Optional[str]:
-    if target is None:
-        return None
-    return "cuda" if target.kind.name == "cuda" else "llvm"
-
-
-def _resolve_cost(cost: Any, target: Optional[tvm.target.Target], runtime: str = "tvm") -> tuple[Any, bool]:
-    """(cost, owned): a cost model or callable for the search, and whether we made it (and must close it).
-
-    `cost` is a cost model (with `graph_cost`), a callable graph -> float, a backend name ("auto", "analytic",
-    "tvm", "ort"), a cost config file, or None (the default config, measuring on `target`). `auto` measures on
-    `runtime`: "onnx" (ONNX Runtime kernels) or "tvm" (TVM kernels on the target)."""
-    if hasattr(cost, "graph_cost") or callable(cost):
-        return cost, False
-    from ..cost import CostModel, load_cost_config
-    from ..cost.config import BACKENDS, CostConfig, resolve_backend
-
-    if isinstance(cost, CostConfig):  # settings already merged (a file plus a backend named on top of it)
-        spec = _target_spec(target)
-        cfg = dataclasses.replace(cost, target=spec) if spec is not None else cost
-        return CostModel(resolve_backend(cfg, runtime)), True
-
-    overrides = {}
-    spec = _target_spec(target)
-    if spec is not None:
-        overrides["target"] = spec
-    if cost is None:
-        cfg = load_cost_config(**overrides)
-    elif isinstance(cost, str) and cost in BACKENDS:
-        cfg = load_cost_config(backend=cost, **overrides)
-    else:
-        cfg = load_cost_config(cost, **overrides)
-    return CostModel(resolve_backend(cfg, runtime)), True
-
-
 @tvm.transform.module_pass(opt_level=0, name="TasoOptimize")
 class TasoOptimize:
     """A module pass that lifts each dataflow block, searches for a cheaper equivalent under a cost model with
@@ -124,20 +77,27 @@ class TasoOptimize:
            (the rules of `taso_tvm.runtime.check`). Off by default: it costs two builds.
     method: the search, "backtrack" (TASO's, the default), "egraph" (equality saturation, needs the `egraph`
            extra) or "both" (the cheaper result); also `search: {method: ...}` in a settings file.
+    settings: a `Settings` resolved by the caller (then `config` and $TASO_TVM_CONFIG are not read again; the
+           other keywords, where given, override it).
     """
 
     def __init__(self, rules: Any = None, cost: Any = None, alpha: Optional[float] = None,
                  budget: Optional[int] = None, time_limit: Optional[float] = None, region_size: Optional[int] = None,
                  target: Union[str, dict, Any] = None, config: Optional[str] = None, runtime: str = "tvm",
                  check: bool = False, check_rtol: float = DEFAULT_RTOL, check_atol: float = DEFAULT_ATOL,
-                 standard_ops: bool = False, method: Optional[str] = None):
-        s = resolve_settings(config, rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
-                             region_size=region_size, method=method)
-        self.config = SearchConfig(alpha=s["alpha"], budget=s["budget"], time_limit=s["time_limit"],
-                                   region_size=s["region_size"], method=s["method"]).validate()
+                 standard_ops: bool = False, method: Optional[str] = None, settings: Optional[Settings] = None):
+        explicit = dict(rules=rules, cost=cost, alpha=alpha, budget=budget, time_limit=time_limit,
+                        region_size=region_size, method=method)
+        if settings is None:  # resolved here; a caller that resolved them already passes `settings`
+            settings = Settings.resolve(config, overrides=explicit)
+        else:
+            settings = settings.replace(**explicit)
+        self.settings = settings
+        self.config = settings.search_config()
         if runtime not in ("tvm", "onnx"):
             raise ValueError(f"runtime must be 'tvm' or 'onnx', got {runtime!r}")
-        self._rules_arg, self._cost_arg, self._target, self._runtime = s["rules"], s["cost"], target, runtime
+        target = target if target is not None else settings.target
+        self._rules_arg, self._cost_arg, self._target, self._runtime = settings.rules, settings.cost, target, runtime
         self.standard_ops = bool(standard_ops)
         self._rules = None
         self._cost = None
@@ -170,8 +130,8 @@ class TasoOptimize:
 
     def transform_module(self, mod: tvm.IRModule, ctx: Any = None) -> tvm.IRModule:
         if self._rules is None:
-            self._rules = _resolve_rules(self._rules_arg)
-        self._cost, owned = _resolve_cost(self._cost_arg, self._target_now(), self._runtime)
+            self._rules = resolve_rules(self._rules_arg)
+        self._cost, owned = resolve_cost(self._cost_arg, self._target_now(), self._runtime)
         self.report = PassReport()
         try:
             with lowering(self.fused_lowering()):  # the cost model's kernels and the result alike

@@ -12,8 +12,8 @@ The package reads TIR only; it imports nothing from the search, the rules or the
 from .apply import FALLBACK, RULES, CpuSchedule, ScheduleReport, schedule_func
 from .pipeline import PIPELINE_NAME, schedule_module, schedule_passes, schedule_pipeline
 from .target import SCHEDULE_VERSION, host_mcpu, with_host_cpu
-from .threads import num_threads, set_num_threads
+from .threads import num_threads, physical_cores, request_threads, set_num_threads
 
 __all__ = ["CpuSchedule", "ScheduleReport", "schedule_func", "RULES", "FALLBACK", "PIPELINE_NAME",
-           "schedule_module", "schedule_passes", "schedule_pipeline", "set_num_threads", "num_threads",
+           "schedule_module", "schedule_passes", "schedule_pipeline", "set_num_threads", "num_threads", "physical_cores", "request_threads",
            "SCHEDULE_VERSION", "host_mcpu", "with_host_cpu"]

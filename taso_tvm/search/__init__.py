@@ -11,6 +11,7 @@ from ..graph import TensorGraph
 from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
+from .stop import StopReason
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     best, per_region = search_by_regions(graph, search_one, cfg.region_size, out_of_time)
     for s in per_region:
         total.merge(s)
-    if out_of_time() and total.stopped_by != "interrupt":
-        total.stopped_by = "time"
+    if out_of_time() and total.stopped_by != StopReason.INTERRUPT:
+        total.stopped_by = StopReason.TIME
     best_cost = cost(best)
     if best_cost > start_cost:  # regions are costed alone; never hand back a graph the model says is worse
         log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
@@ -79,4 +80,5 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     return best, total
 
 
-__all__ = ["SearchConfig", "SearchStats", "optimize_graph", "backtracking_search", "CostFn", "RuleSource", "METHODS"]
+__all__ = ["SearchConfig", "SearchStats", "StopReason", "optimize_graph", "backtracking_search", "CostFn", "RuleSource",
+           "METHODS"]

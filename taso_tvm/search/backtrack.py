@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from ..graph import TensorGraph
 from .config import SearchConfig
+from .stop import StopReason
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class SearchStats:
     expanded: int = 0
     candidates: int = 0
     seconds: float = 0.0
-    stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt
+    stopped_by: StopReason = StopReason.EXHAUSTED
     rules_applied: Counter = field(default_factory=Counter)  # along the path to the best graph
     egraph: Any = None  # the e-graph search's report (`egraph.EGraphReport`), when it ran
 
@@ -52,10 +53,10 @@ class SearchStats:
         self.expanded += other.expanded
         self.candidates += other.candidates
         self.rules_applied.update(other.rules_applied)
-        if other.stopped_by in ("time", "interrupt"):
+        if other.stopped_by in (StopReason.TIME, StopReason.INTERRUPT):
             self.stopped_by = other.stopped_by
-        elif other.stopped_by == "budget" and self.stopped_by == "exhausted":
-            self.stopped_by = "budget"
+        elif other.stopped_by == StopReason.BUDGET and self.stopped_by == StopReason.EXHAUSTED:
+            self.stopped_by = StopReason.BUDGET
 
 
 def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
@@ -86,10 +87,10 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     try:
         while heap:
             if stats.expanded >= budget:
-                stats.stopped_by = "budget"
+                stats.stopped_by = StopReason.BUDGET
                 break
             if deadline is not None and time.monotonic() > deadline:
-                stats.stopped_by = "time"
+                stats.stopped_by = StopReason.TIME
                 break
             c, _, g, path = heapq.heappop(heap)
             stats.expanded += 1
@@ -111,11 +112,11 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
                     heapq.heappush(heap, (nc, next(counter), new, path + (rule.name,)))
-        if cfg.descent_steps and budget > 0 and stats.stopped_by == "budget":
+        if cfg.descent_steps and budget > 0 and stats.stopped_by == StopReason.BUDGET:
             best, best_cost, best_path = _descend(best, best_cost, best_path, rules, cost, cfg, max_ops, seen,
                                                   deadline, stats, prefetch)
     except KeyboardInterrupt:
-        stats.stopped_by = "interrupt"
+        stats.stopped_by = StopReason.INTERRUPT
         log.warning("search interrupted: returning the best graph found so far")
     if not _better(best_cost, best, start_cost, graph):  # the normal form led nowhere cheaper
         best, best_cost, best_path = graph, start_cost, ()
@@ -161,7 +162,7 @@ def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleS
     is reached even when the budget went to exploring alternatives elsewhere in the region."""
     for _ in range(cfg.descent_steps):
         if deadline is not None and time.monotonic() > deadline:
-            stats.stopped_by = "time"
+            stats.stopped_by = StopReason.TIME
             break
         fresh = []
         for rule, match in rules.matches(best):

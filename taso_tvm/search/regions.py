@@ -11,6 +11,7 @@ import logging
 from typing import Callable, Optional
 
 from ..graph import TensorGraph
+from .stop import StopReason
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
             if best != sub:  # the search only moves to a cheaper graph, or an equally cheap one with fewer ops
                 real = best.replace(back) if back else best
                 mapping.update((o, n) for o, n in zip(outs, real.outputs) if o != n)
-            if stats.stopped_by == "interrupt":
+            if stats.stopped_by == StopReason.INTERRUPT:
                 stop = True
                 break
         if mapping:

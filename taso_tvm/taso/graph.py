@@ -185,10 +185,9 @@ class TasoGraph(Graph):
     # ------------------------------------------------------------------ TASO's measurements
     def _cost(self) -> Any:
         if self._cost_model is None:  # the cost model `optimize` uses: $TASO_TVM_CONFIG, else the defaults
-            from ..relay_pass.settings import resolve_settings
-            from ..relay_pass.taso_pass import _resolve_cost
+            from ..relay_pass import Settings
 
-            self._cost_model, _ = _resolve_cost(resolve_settings(None)["cost"], None)
+            self._cost_model, _ = Settings.resolve().resolve_cost()
         return self._cost_model
 
     def cost(self) -> float:

@@ -19,7 +19,9 @@ def make_backend(config: CostConfig) -> Backend:
         from .ort_backend import OrtBackend
 
         return OrtBackend(config)
-    raise ValueError(f"unknown backend '{config.backend}': use auto, tvm, ort or analytic")
+    from ..config import BACKENDS
+
+    raise ValueError(f"unknown backend '{config.backend}': use {', '.join(BACKENDS)}")
 
 
 __all__ = ["Backend", "Counters", "Measurement", "RpcError", "make_backend", "AnalyticBackend"]

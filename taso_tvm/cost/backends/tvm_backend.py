@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tvm_ffi
 
-from ..config import CostConfig, parse_rpc
+from ..config import DEFAULT_CUDA_ARCH, CostConfig, parse_rpc
 from ..device import cpu_identity, cuda_identity
 from ..kernel import KernelSig
 from ...errors import CostError
@@ -64,7 +64,7 @@ class TvmBackend(Backend):
         self.target = dict(config.target_dict)
         self.kind = self.target["kind"]
         if self.kind == "cuda":
-            self.target.setdefault("arch", self._local_cuda_arch() or "sm_90")
+            self.target.setdefault("arch", self._local_cuda_arch() or DEFAULT_CUDA_ARCH)
         if self.kind == "llvm" and not self.rpc:
             self.target = with_host_cpu(self.target)  # measured here: build for this CPU, as the CLI does
         self.host: Optional[dict] = {"kind": "llvm"} if self.kind == "cuda" else None

@@ -1,19 +1,10 @@
 """The e-graph search's limits and choices, and why saturation stopped."""
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Optional
 
-
-class StopReason(str, enum.Enum):
-    """Why saturation stopped (egg's runner reports the same reasons)."""
-
-    SATURATED = "saturated"  # no rule adds anything: every equivalent graph the rules reach is in the e-graph
-    NODE_LIMIT = "node_limit"
-    ITERATION_LIMIT = "iteration_limit"
-    TIME_LIMIT = "time_limit"
-    INTERRUPT = "interrupt"
+from ..stop import StopReason  # noqa: F401  (the e-graph's reasons are members of the search's enum)
 
 
 EXTRACTIONS = ("ilp", "greedy")

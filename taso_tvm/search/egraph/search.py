@@ -104,7 +104,7 @@ def egraph_search(graph: TensorGraph, rules: Any, cost: Callable, config: Option
     sat = teg.saturate(deadline)
     rep = EGraphReport(sat, len(active), [r.name for r in others], seconds_saturate=sat.seconds)
     stats.egraph = rep
-    stats.stopped_by = sat.stop.value
+    stats.stopped_by = sat.stop
     stats.expanded = sat.iterations
     stats.candidates = sat.matches
 
