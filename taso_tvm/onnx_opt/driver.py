@@ -26,6 +26,9 @@ from .splice import PREFIX, splice
 
 log = logging.getLogger(__name__)
 
+# the way out when random inputs do not fit the model (token ids past a table, a sample rate, ...)
+INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input name)"
+
 
 @dataclass
 class OnnxReport:
@@ -235,7 +238,8 @@ def _optimize(model: onnx.ModelProto, settings: Optional[dict], shapes: Optional
         with phase("captures"):
             captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
-            report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
+            report.decision = ("original: the model does not run on random inputs, so no rewrite could be checked; "
+                               f"{INPUTS_HINT}")
         else:
             search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
                                    keep_out=weights.has_references(model))
@@ -382,8 +386,8 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optiona
         try:
             out.append(Capture(model, names, f.types, feeds))
         except CheckFailed as e:
-            log.warning("the original model does not run at %s (%s): no region can be checked",
-                        f.binding.label(), e)
+            log.warning("the original model does not run at %s (%s): no region can be checked; %s",
+                        f.binding.label(), e, INPUTS_HINT)
             return None
     return out
 

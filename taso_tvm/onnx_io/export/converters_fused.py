@@ -113,8 +113,10 @@ def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
         if h is None or static_dims(call.args[4].ty) != h[-1:]:  # a scalar bias: the decomposition
             return None
         inputs.append(bias)
-    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)],
-                    epsilon=float(attrs["epsilon"]))[0]
+    eps = float(attrs["epsilon"]) if len(args) == 5 else _scalar(ctx, args[5])
+    if eps is None:  # an epsilon computed at run time: the decomposition
+        return None
+    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, x)], epsilon=eps)[0]
 
 
 @register_fused("bias_gelu")
