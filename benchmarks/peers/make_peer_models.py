@@ -46,7 +46,14 @@ MODELS = {
     "gpt2_small_blocks": ("gpt2_blocks", "legacy", dict(hidden=768, layers=12, heads=12), "gpt2", [128]),
     "gpt2_small_dynamo": ("gpt2", "dynamo", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
                                                  use_cache=False), "gpt2", [128]),
+    # the form optimum and most hub files have: token_type_ids, eager attention, the legacy exporter at opset 14
+    # (layer norm and GELU in pieces) and 17
+    "minilm_l6_eager_op14": ("bert_tt", "legacy", MINILM_L6, "bert", [128, 512]),
+    "minilm_l6_eager_op17": ("bert_tt", "legacy", MINILM_L6, "bert", [128, 512]),
+    "bert_base_eager_op14": ("bert_tt", "legacy", BERT_BASE, "bert", [128, 512]),
+    "bert_base_eager_op17": ("bert_tt", "legacy", BERT_BASE, "bert", [128, 512]),
 }
+OPSET = {name: int(name[-2:]) for name in MODELS if name[-5:-2] == "_op"}  # the legacy exporter's opset (else 17)
 
 
 def default_out() -> Path:
@@ -77,6 +84,11 @@ def _module(family: str, cfg: dict):
         def forward(self, input_ids, attention_mask):
             return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
+    class IdsMaskTypes(Wrap):
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+
     if family == "vit":
         m = tf.ViTModel(tf.ViTConfig(**cfg), add_pooling_layer=False)
         size = cfg["image_size"]
@@ -99,6 +111,9 @@ def _module(family: str, cfg: dict):
     if family == "distilbert":
         m = tf.DistilBertModel(tf.DistilBertConfig(**cfg))
         heads, hidden = cfg["n_heads"], cfg["dim"]
+    elif family == "bert_tt":  # eager attention, as optimum's exports and most hub files have it
+        m = tf.BertModel(tf.BertConfig(**cfg, attn_implementation="eager"), add_pooling_layer=False)
+        heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     else:
         m = tf.BertModel(tf.BertConfig(**cfg), add_pooling_layer=False)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
@@ -107,6 +122,12 @@ def _module(family: str, cfg: dict):
     specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, vocab]},
              {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, 2],
               "pattern": "padding_mask"}]
+    if family == "bert_tt":
+        types = m.config.type_vocab_size
+        ex += (torch.randint(0, types, (1, 16)),)
+        specs.append({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "sequence"],
+                      "range": [0, types]})
+        return IdsMaskTypes(m).eval(), ex, specs, heads, hidden
     return IdsMask(m).eval(), ex, specs, heads, hidden
 
 
@@ -127,7 +148,7 @@ def export(name: str, out: Path) -> dict:
     else:
         axes = {s["name"]: {i: d for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs}
         torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
-                          dynamic_axes=axes, opset_version=17, dynamo=False)
+                          dynamic_axes=axes, opset_version=OPSET.get(name, 17), dynamo=False)
     model = onnx.load(str(path))
     if exporter == "dynamo":  # the stack traces name the exporting machine's paths
         for n in model.graph.node:

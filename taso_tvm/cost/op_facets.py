@@ -126,6 +126,10 @@ for _op, _name, _k in (("relu", "relu", 1), ("sigmoid", "sigmoid", 10), ("tanh",
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _per_element(_k))
 
+register_facet("pow", FUSION, _fusion(((ELEMWISE,), 0)))  # by a constant: the exponent is an attribute
+register_facet("pow", TVM_NAMES, ("power",))
+register_facet("pow", FLOPS, _per_element(4))
+
 # ------------------------------------------------------------------ data movement
 for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("reshape", "reshape"),
                    ("enlarge", "pad")):

@@ -27,6 +27,9 @@ from .expand_fused import expand_fused
 
 log = logging.getLogger(__name__)
 
+# the way out when random inputs do not fit the model (token ids past a table, a sample rate, ...)
+INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input name)"
+
 
 @dataclass
 class OnnxReport:
@@ -239,7 +242,8 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
         with phase("captures"):
             captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
-            report.decision = "original: the model does not run on random inputs, so no rewrite could be checked"
+            report.decision = ("original: the model does not run on random inputs, so no rewrite could be checked; "
+                               f"{INPUTS_HINT}")
         else:
             search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
                                    keep_out=weights.has_references(model))
@@ -388,8 +392,8 @@ def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optiona
         try:
             out.append(Capture(model, names, f.types, feeds))
         except CheckFailed as e:
-            log.warning("the original model does not run at %s (%s): no region can be checked",
-                        f.binding.label(), e)
+            log.warning("the original model does not run at %s (%s): no region can be checked; %s",
+                        f.binding.label(), e, INPUTS_HINT)
             return None
     return out
 

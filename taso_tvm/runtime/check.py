@@ -132,15 +132,16 @@ def compare(names: Sequence[str], got: Sequence, want: Sequence, rtol: float = D
 
 
 # ----------------------------------------------------------------------------------------- inputs
-def random_array(shape: Sequence[int], dtype: Any, rng: np.random.Generator, binary: bool = False) -> np.ndarray:
-    """Standard-normal floats, integers in [0, INT_HIGH) (0 or 1 with `binary`), random bools."""
+def random_array(shape: Sequence[int], dtype: Any, rng: np.random.Generator, binary: bool = False,
+                 high: int = INT_HIGH) -> np.ndarray:
+    """Standard-normal floats, integers in [0, high) (0 or 1 with `binary`), random bools."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_ or (binary and np.issubdtype(dtype, np.integer)):
         return rng.integers(0, 2, shape).astype(dtype)
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, INT_HIGH, shape).astype(dtype)
+        return rng.integers(0, high, shape).astype(dtype)
     raise CheckError(f"cannot make random inputs of dtype {dtype}")
 
 
@@ -160,10 +161,13 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
 
     dims: {dim_param: int} values of symbolic dims and/or {input name: shape} whole shapes; `shapes`: more
     {input name: shape} (the CLI's --input-shapes); a dim none of them fixes is `default_dim`.
-    Floats are standard normal, integers in [0, INT_HIGH), bools random; integer inputs named like a mask
-    (`attention_mask`, `input_mask`, ...) 0 or 1, the values a padding mask holds.
+    Floats are standard normal, integers in [0, INT_HIGH), bools random; an integer input that indexes a constant
+    table (a Gather of an embedding, read from the graph: `input_ranges.index_bounds`) within that table's rows;
+    integer inputs named like a mask (`attention_mask`, `input_mask`, ...) 0 or 1, the values a padding mask holds.
     """
     from onnx import helper
+
+    from .input_ranges import index_bounds
 
     model = _onnx_model(model)
     dims = dict(dims or {})
@@ -175,6 +179,7 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
     if unknown:
         raise CheckError(f"'{unknown[0]}' is neither an input nor a symbolic dim of the model")
     rng = np.random.default_rng(seed)
+    bounds = index_bounds(model)
     feeds = {}
     for vi in inputs:
         if not vi.type.HasField("tensor_type"):
@@ -193,7 +198,8 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
         except (KeyError, ValueError):
             raise CheckError(f"input '{vi.name}' has an element type ({tt.elem_type}) we cannot make") from None
         try:
-            feeds[vi.name] = random_array(shape, dtype, rng, binary="mask" in vi.name.lower())
+            feeds[vi.name] = random_array(shape, dtype, rng, binary="mask" in vi.name.lower(),
+                                          high=min(bounds.get(vi.name, INT_HIGH), INT_HIGH))
         except CheckError as e:
             raise CheckError(f"input '{vi.name}': {e}") from None
     return feeds

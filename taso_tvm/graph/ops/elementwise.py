@@ -189,6 +189,58 @@ EXP = _unary("exp", "relax.exp", np.exp, R.exp, z3=_z3_uf("exp"))
 SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))
 NEG = _unary("neg", "relax.negative", np.negative, R.negative, z3=_z3_unary(lambda v: -z3_val(v)))
 
+
+
+# ---------------------------------------------------------------- power by a constant
+# ONNX's Pow by a one-element constant (layer norm in pieces squares with Pow(x, 2) before opset 17). The exponent is
+# an attribute, so the verifier knows it: a whole power from 0 to MAX_EXACT_POWER is an exact product (Pow by 2 is
+# x * x), 0.5 is sqrt, any other one an uninterpreted function of x named for the exponent.
+MAX_EXACT_POWER = 4
+
+
+def _pow_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
+    v = x[0]
+    return [np.power(v, np.asarray(a["exponent"], dtype=v.dtype)).astype(v.dtype, copy=False)]
+
+
+def _z3_pow_element(v: Any, e: float) -> Any:
+    if e.is_integer() and 0 <= e <= MAX_EXACT_POWER:
+        if e == 0:
+            return z3_val(1)
+        out = v
+        for _ in range(int(e) - 1):
+            out = out * v
+        return out
+    if e == 0.5:
+        return z3_apply("sqrt", v)
+    return z3_apply(f"pow_{e!r}", v)
+
+
+def _pow_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
+    from tvm.ir import GenericConst
+
+    c = call.args[1]
+    if not isinstance(c, GenericConst):
+        return None
+    arr = c.value.numpy()
+    if arr.size != 1 or not np.issubdtype(arr.dtype, np.floating):
+        return None
+    return [call.args[0]], {"exponent": float(arr.reshape(-1)[0])}
+
+
+def _pow_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, in_types: Sequence[TensorType]) -> Any:
+    return R.power(args[0], relax.const(a["exponent"], in_types[0].dtype))
+
+
+def _pow_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
+    return [t[0]]
+
+
+POW = register(OpDef("pow", 1, _pow_infer, _pow_np, attrs={"exponent": None}, relax=("relax.power",),
+                     lift=_pow_lift, lower=_pow_lower,
+                     z3=lambda x, a: [z3_map(lambda v: _z3_pow_element(v, float(a["exponent"])), x[0])],
+                     doc="x to a constant power (ONNX Pow by a one-element floating-point constant)"))
+
 ACTIVATIONS = {"none": None, "relu": RELU, "sigmoid": SIGMOID, "tanh": TANH}
 
 

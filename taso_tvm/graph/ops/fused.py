@@ -142,13 +142,15 @@ ATTENTION = register_decomposed(
 
 # ---------------------------------------------------------------- normalization
 def _skip_ln(e: Evaluator, x: Sequence[Any], a: dict) -> list:
-    inp, skip, gamma, beta, bias = x
+    inp, skip, gamma, beta, bias = x[:5]
     s = e.op("add", e.op("add", inp, bias), skip)
-    return [e.op("layernorm", s, gamma, beta, axes=(-1,), epsilon=a["epsilon"])]
+    return [e.op("layernorm", s, gamma, beta, *x[5:], axes=(-1,), epsilon=a["epsilon"])]
 
 
 def _skip_ln_check(t: Sequence[TensorType], a: dict) -> None:
-    x, skip, gamma, beta, bias = t
+    if len(t) not in (5, 6) or (len(t) == 6 and t[5].size != 1):
+        raise GraphError("skip_layernorm: takes x, skip, gamma, beta, bias and, optionally, a one-element epsilon")
+    x, skip, gamma, beta, bias = t[:5]
     h = x.shape[-1] if x.ndim else None
     if x.ndim < 2 or skip.shape != x.shape or any(p.shape != (h,) for p in (gamma, beta)) or \
             bias.shape not in ((h,), (), (1,)):
@@ -156,8 +158,8 @@ def _skip_ln_check(t: Sequence[TensorType], a: dict) -> None:
 
 
 SKIP_LAYERNORM = register_decomposed(
-    "skip_layernorm", 5, _skip_ln, attrs={"epsilon": 1e-5}, check=_skip_ln_check,
-    doc="layer normalisation (last axis) of input + bias + skip")
+    "skip_layernorm", None, _skip_ln, attrs={"epsilon": 1e-5}, check=_skip_ln_check,
+    doc="layer normalisation (last axis) of input + bias + skip; epsilon from a one-element sixth input when given")
 
 
 # ---------------------------------------------------------------- GELU forms

@@ -378,32 +378,44 @@ SOFTMAX = register(OpDef("softmax", 1, _softmax_infer, _softmax_np, attrs={"axis
                          doc="softmax along an axis"))
 
 
+# Layer norm takes its epsilon as an attribute, or as a one-element fourth input: what a rule lifting layer norm
+# written in pieces (opset < 17: ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul, Add) can state, since
+# the epsilon there is a constant tensor; the attribute is then unused (as quick_gelu's alpha).
+def _ln_eps(x: Sequence[Any], a: dict) -> Any:
+    """The epsilon: the fourth input's one element when there is one, else the attribute."""
+    return np.asarray(x[3]).reshape(-1)[0] if len(x) == 4 else a["epsilon"]
+
+
 def _ln_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
+    if len(t) not in (3, 4):
+        raise GraphError(f"layernorm: takes x, gamma, beta and, optionally, a one-element epsilon ({len(t)} inputs)")
     x = t[0]
     axes = [normalize_axis(ax, x.ndim) for ax in a["axes"]]
     want = tuple(x.shape[ax] for ax in axes)
-    for p in t[1:]:
+    for p in t[1:3]:
         if p.shape != want:
             raise GraphError(f"layernorm: parameter shape {p.shape} != {want}")
+    if len(t) == 4 and (t[3].size != 1 or t[3].dtype != x.dtype):
+        raise GraphError(f"layernorm: epsilon input {t[3].shape} {t[3].dtype} is not one {x.dtype} element")
     return [x]
 
 
 def _ln_np(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
-    data, gamma, beta = x
+    data, gamma, beta = x[:3]
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     mean = data.mean(axis=axes, keepdims=True)
     var = ((data - mean) ** 2).mean(axis=axes, keepdims=True)
-    return [((data - mean) / np.sqrt(var + a["epsilon"]) * gamma + beta).astype(data.dtype)]
+    return [((data - mean) / np.sqrt(var + _ln_eps(x, a)) * gamma + beta).astype(data.dtype)]
 
 
 def _ln_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     from .elementwise import z3_apply, z3_map, z3_recip, z3_val
 
-    data, gamma, beta = (np.asarray(v, dtype=object) for v in x)
+    data, gamma, beta = (np.asarray(v, dtype=object) for v in x[:3])
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     mean = data.mean(axis=axes, keepdims=True)
     var = ((data - mean) * (data - mean)).mean(axis=axes, keepdims=True)
-    eps = float(a["epsilon"])
+    eps = _ln_eps(x, a) if len(x) == 4 else float(a["epsilon"])
     inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), var)
     return [(data - mean) * inv * gamma + beta]
 
@@ -415,12 +427,27 @@ def _ln_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     return list(call.args), {"axes": ints(at.axes), "epsilon": float(at.epsilon)}
 
 
-LAYERNORM = register(OpDef("layernorm", 3, _ln_infer, _ln_np, attrs={"axes": (-1,), "epsilon": 1e-5},
-                           relax=("relax.nn.layer_norm",), lift=_ln_lift,
-                           lower=lambda bb, args, a, t: R.nn.layer_norm(*args, axes=list(a["axes"]),
-                                                                          epsilon=a["epsilon"]),
-                           z3=_ln_z3,
-                           doc="layer normalisation over the given axes"))
+def _ln_lower(bb: relax.BlockBuilder, args: Sequence[relax.Expr], a: dict, in_types: Sequence[TensorType]) -> Any:
+    """Relax's layer_norm; with an epsilon input, its value where it is a constant, else the moments written out."""
+    from tvm.ir import GenericConst
+
+    eps = a["epsilon"]
+    if len(args) == 4:
+        if not isinstance(args[3], GenericConst):
+            x = args[0]
+            mean = R.mean(x, axis=list(a["axes"]), keepdims=True)
+            d = bb.emit(R.subtract(x, mean))
+            var = R.mean(R.multiply(d, d), axis=list(a["axes"]), keepdims=True)
+            y = R.divide(d, R.sqrt(R.add(var, args[3])))
+            return R.add(R.multiply(y, args[1]), args[2])
+        eps = float(args[3].value.numpy().reshape(-1)[0])
+    return R.nn.layer_norm(*args[:3], axes=list(a["axes"]), epsilon=eps)
+
+
+LAYERNORM = register(OpDef("layernorm", None, _ln_infer, _ln_np, attrs={"axes": (-1,), "epsilon": 1e-5},
+                           relax=("relax.nn.layer_norm",), lift=_ln_lift, lower=_ln_lower, z3=_ln_z3,
+                           doc="layer normalisation over the given axes; epsilon from a one-element fourth input "
+                               "when given"))
 
 
 def _mean_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:

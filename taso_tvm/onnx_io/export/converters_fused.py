@@ -122,8 +122,10 @@ def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
     inputs = skip_layernorm_inputs(ctx, call, args)
     if inputs is None:
         return None
-    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, args[0])],
-                    epsilon=float(attrs["epsilon"]))[0]
+    eps = float(attrs["epsilon"]) if len(args) == 5 else _scalar(ctx, args[5])
+    if eps is None:  # an epsilon computed at run time: the decomposition
+        return None
+    return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, args[0])], epsilon=eps)[0]
 
 
 @register_fused("bias_gelu")
