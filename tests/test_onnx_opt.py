@@ -210,7 +210,7 @@ def _gather_model():
 def test_sample_inputs_make_a_model_checkable(tmp_path):
     m = _gather_model()
     _, report = optimize_onnx(m, ANALYTIC, time_check=False)
-    assert report.decision.startswith("original") and "run" in report.decision  # random ids are out of range
+    assert report.decision.startswith("optimized")  # random ids are drawn within the table's rows (issue #28)
     ids = np.array([0, 3, 1, 2, 2, 1], np.int64)
     out, report = optimize_onnx(m, ANALYTIC, time_check=False, inputs={"ids": ids})
     assert report.bindings == [{"L": 6}, {"L": 12}]
