@@ -1,7 +1,8 @@
 """The cost model: a graph's cost is the sum of its kernels' costs; each distinct kernel is measured once.
 
 Lookups go memory -> persistent SQLite cache -> backend (one batch per call, built in parallel). Kernel
-partitions and signatures are memoized (see `fusion.Partitioner`), so costing a graph whose kernels are known is
+partitions (the backend's `grouping`: FuseOps' for TVM, ONNX Runtime's own fusions for ort, `ort_fusion`) and
+signatures are memoized, so costing a graph whose kernels are known is
 a partition (or a memo hit) plus dictionary lookups.
 """
 from __future__ import annotations
@@ -49,14 +50,19 @@ class CostModel:
         else:
             self.cache = None
         self.scope = self.backend.scope()
+        # the kernels the runtime will run: FuseOps' groups for TVM, ONNX Runtime's own session fusions for ort
+        # (a backend that is not a `Backend`, e.g. a test's counting stand-in, groups as FuseOps does)
+        grouping = getattr(self.backend, "grouping", None)
+        self.grouping = grouping(self.partitioner, self.cache) if grouping else self.partitioner
         self._mem: dict[KernelSig, float] = {}
         self.details: dict[KernelSig, Measurement] = {}
         self.cache_hits = 0
 
     # ------------------------------------------------------------------ kernels
     def kernels(self, graph: TensorGraph) -> tuple[Kernel, ...]:
-        """The graph's kernels (memoized): each with its signature and the node ids it covers."""
-        return self.partitioner.kernels(graph)
+        """The graph's kernels as the backend's runtime groups them (memoized): each with its signature and the node
+        ids it covers."""
+        return self.grouping.kernels(graph)
 
     def kernel_cost(self, sig: KernelSig) -> float:
         """Cost of one kernel in ms (measured if unknown)."""
