@@ -26,7 +26,7 @@ def _no_cache_env(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cm():
-    with CostModel(load_cost_config(backend="ort", cache=None, repeat=20)) as m:
+    with CostModel(load_cost_config(backend="ort", cache="", repeat=20)) as m:
         yield m
 
 

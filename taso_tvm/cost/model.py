@@ -113,6 +113,32 @@ class CostModel:
         costs = self.costs(k.sig for k in ks)
         return [(k, costs[k.sig]) for k in ks]
 
+    @property
+    def noisy(self) -> bool:
+        """Whether the costs are measurements (then the search settles near-equal graphs with `settle`)."""
+        return bool(getattr(self.backend, "noisy", False))
+
+    def whole_cost(self, graph: TensorGraph) -> float:
+        """The graph measured as one unit (ms): what the runtime does with all of it at once, its own fusions
+        across every kernel boundary included; cached by structure like any kernel."""
+        ks = self.kernels(graph)
+        if len(ks) <= 1:
+            return self.graph_cost(graph)
+        ids = sorted((i for k in ks for i in k.nodes), key={n.id: r for r, n in enumerate(graph.topo_order())}.get)
+        sig, _ = self.partitioner.signature(graph, ids, {})
+        return self.kernel_cost(sig)
+
+    def settle(self, graphs: Sequence[TensorGraph], band: float) -> int:
+        """Which of graphs whose summed costs are within the noise of each other to take: each is measured whole,
+        and the first (the caller's preference) stays unless another is cheaper by more than `band` (relative), so
+        that measurements a little apart, as a cold and a warm cache may hold, choose alike."""
+        whole = [self.whole_cost(g) for g in graphs]
+        best = min(range(len(graphs)), key=lambda i: (whole[i], i))
+        choice = best if whole[best] < whole[0] * (1 - band) else 0
+        log.info("settled %d candidates within the noise, measured whole: %s -> #%d", len(graphs),
+                 ", ".join(f"{w:.4g}" for w in whole), choice)
+        return choice
+
     def prefetch(self, graphs: Iterable[TensorGraph]) -> None:
         """Measure the kernels of many graphs in one batch (one parallel build)."""
         self.costs(k.sig for g in graphs for k in self.kernels(g))

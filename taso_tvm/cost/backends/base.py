@@ -50,6 +50,7 @@ class Backend:
 
     name = "base"
     cacheable = True
+    noisy = False  # whether its costs are measurements (noisy: near-equal graphs are measured whole before choosing)
 
     def __init__(self, config: CostConfig):
         self.config = config

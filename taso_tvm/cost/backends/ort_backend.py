@@ -44,6 +44,7 @@ LOAD_QUANTILE = 20
 
 class OrtBackend(Backend):
     name = "ort"
+    noisy = True
 
     def __init__(self, config: CostConfig):
         super().__init__(config)
