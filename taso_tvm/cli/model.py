@@ -57,6 +57,10 @@ def _onnx_summary(report: Any, out: str) -> str:
         for lat, r in zip(t.latencies[1:], t.ratios):  # the result and the other equivalent models timed
             lines.append(f"{'':24s}{lat.name} {lat.median * 1e3:.3f} ms: ratio {r.ratio:.3f} "
                          f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}] ({r.verdict})")
+    if report.gain is not None:
+        g = report.gain
+        lines.append(f"{'gain':24s}predicted {g['predicted_points']:.1f} points, measured {g['measured_points']:.1f} "
+                     f"(of the original's {g['original_ms']:.3f} ms)")
     lines.append(f"{'written':24s}{report.decision}")
     lines.append(f"{'total time':24s}{report.seconds:.2f} s")
     lines.append(f"written to {out}")
@@ -140,7 +144,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
             "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
             "rules_applied": dict(report.rules_applied), "seconds": seconds,
             "operators_before": report.operators[0], "operators_after": report.operators[1],
-            "cost_before": report.cost[0], "cost_after": report.cost[1],
+            "cost_before": report.cost[0], "cost_after": report.cost[1], "gain": report.gain,
             "regions": [{"index": r.region.index, "nodes": len(r.region.nodes), "accepted": r.accepted is not None,
                          "cost_before": r.cost_before, "cost_after": r.cost_after, "ops_before": r.ops_before,
                          "ops_after": r.ops_after, "rules_applied": r.rules_applied, "note": r.note,

@@ -156,6 +156,25 @@ class CostCache:
 
         return self._run(q)
 
+    def get_details(self, scope: Scope, keys: Iterable[str]) -> dict[str, str]:
+        """The detail text stored with each of the given keys (for rows whose detail is the datum, e.g. a learned
+        grouping)."""
+        keys = list(keys)
+        if not keys:
+            return {}
+
+        def q(conn):
+            out = {}
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                rows = conn.execute(
+                    f"SELECT kernel, detail FROM costs WHERE backend=? AND target=? AND device=? AND versions=? "
+                    f"AND kernel IN ({','.join('?' * len(chunk))})", (*scope, *chunk)).fetchall()
+                out.update({k: d for k, d in rows if d is not None})
+            return out
+
+        return self._run(q)
+
     def put_many(self, scope: Scope, rows: Iterable[tuple]) -> None:
         """rows: (kernel key, label, cost_ms, status, detail); a non-finite cost is stored as NULL."""
         now = time.time()

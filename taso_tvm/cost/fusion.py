@@ -282,12 +282,23 @@ class Partitioner:
                 kroot = nodes[-1]
             out_refs = [(nid, t) for nid in nodes for t in range(len(graph.node(nid).types))
                         if (nid, t) in leaving or not users.get((nid, t), mset) <= mset]
-            sig = self._signature(graph, memo, mset, nodes, kroot, out_refs)
+            sig, _ = self._signature(graph, memo, mset, nodes, kroot, out_refs)
             result.append((tuple(local[i] for i in nodes), local[kroot], sig))
         return tuple(result)
 
+    def signature(self, graph: TensorGraph, nodes: list[int], users: dict) -> tuple[KernelSig, list[int]]:
+        """The signature of any set of runtime nodes of `graph` (listed in topological order) as one kernel, and
+        the graph node id of each signature node. `users`: tensor -> ids of the nodes reading it (a tensor read
+        outside the set, or a graph output, is one of the kernel's outputs)."""
+        memo = self._memo(graph.store)
+        mset = set(nodes)
+        outs = set(graph.outputs)
+        out_refs = [(nid, t) for nid in nodes for t in range(len(graph.node(nid).types))
+                    if (nid, t) in outs or not users.get((nid, t), mset) <= mset]
+        return self._signature(graph, memo, mset, list(nodes), nodes[-1], out_refs)
+
     def _signature(self, graph: TensorGraph, memo: _StoreMemo, members: set, nodes: list[int], root: int,
-                   out_refs: list) -> KernelSig:
+                   out_refs: list) -> tuple[KernelSig, list[int]]:
         store_nodes = graph.store.nodes
         order: list[int] = []
         seen: set[int] = set()
@@ -334,4 +345,4 @@ class Partitioner:
             outputs = tuple(sorted((local[i], t) for i, t in out_refs))
         else:
             outputs = tuple((local[root], t) for t in range(len(graph.node(root).types)))
-        return KernelSig.make(tuple(specs), tuple(inputs), outputs)
+        return KernelSig.make(tuple(specs), tuple(inputs), outputs), order

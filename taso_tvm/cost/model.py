@@ -1,7 +1,8 @@
 """The cost model: a graph's cost is the sum of its kernels' costs; each distinct kernel is measured once.
 
 Lookups go memory -> persistent SQLite cache -> backend (one batch per call, built in parallel). Kernel
-partitions and signatures are memoized (see `fusion.Partitioner`), so costing a graph whose kernels are known is
+partitions (the backend's `grouping`: FuseOps' for TVM, ONNX Runtime's own fusions for ort, `ort_fusion`) and
+signatures are memoized, so costing a graph whose kernels are known is
 a partition (or a memo hit) plus dictionary lookups.
 """
 from __future__ import annotations
@@ -49,14 +50,19 @@ class CostModel:
         else:
             self.cache = None
         self.scope = self.backend.scope()
+        # the kernels the runtime will run: FuseOps' groups for TVM, ONNX Runtime's own session fusions for ort
+        # (a backend that is not a `Backend`, e.g. a test's counting stand-in, groups as FuseOps does)
+        grouping = getattr(self.backend, "grouping", None)
+        self.grouping = grouping(self.partitioner, self.cache) if grouping else self.partitioner
         self._mem: dict[KernelSig, float] = {}
         self.details: dict[KernelSig, Measurement] = {}
         self.cache_hits = 0
 
     # ------------------------------------------------------------------ kernels
     def kernels(self, graph: TensorGraph) -> tuple[Kernel, ...]:
-        """The graph's kernels (memoized): each with its signature and the node ids it covers."""
-        return self.partitioner.kernels(graph)
+        """The graph's kernels as the backend's runtime groups them (memoized): each with its signature and the node
+        ids it covers."""
+        return self.grouping.kernels(graph)
 
     def kernel_cost(self, sig: KernelSig) -> float:
         """Cost of one kernel in ms (measured if unknown)."""
@@ -106,6 +112,32 @@ class CostModel:
         ks = self.kernels(graph)
         costs = self.costs(k.sig for k in ks)
         return [(k, costs[k.sig]) for k in ks]
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the costs are measurements (then the search settles near-equal graphs with `settle`)."""
+        return bool(getattr(self.backend, "noisy", False))
+
+    def whole_cost(self, graph: TensorGraph) -> float:
+        """The graph measured as one unit (ms): what the runtime does with all of it at once, its own fusions
+        across every kernel boundary included; cached by structure like any kernel."""
+        ks = self.kernels(graph)
+        if len(ks) <= 1:
+            return self.graph_cost(graph)
+        ids = sorted((i for k in ks for i in k.nodes), key={n.id: r for r, n in enumerate(graph.topo_order())}.get)
+        sig, _ = self.partitioner.signature(graph, ids, {})
+        return self.kernel_cost(sig)
+
+    def settle(self, graphs: Sequence[TensorGraph], band: float) -> int:
+        """Which of graphs whose summed costs are within the noise of each other to take: each is measured whole,
+        and the first (the caller's preference) stays unless another is cheaper by more than `band` (relative), so
+        that measurements a little apart, as a cold and a warm cache may hold, choose alike."""
+        whole = [self.whole_cost(g) for g in graphs]
+        best = min(range(len(graphs)), key=lambda i: (whole[i], i))
+        choice = best if whole[best] < whole[0] * (1 - band) else 0
+        log.info("settled %d candidates within the noise, measured whole: %s -> #%d", len(graphs),
+                 ", ".join(f"{w:.4g}" for w in whole), choice)
+        return choice
 
     def prefetch(self, graphs: Iterable[TensorGraph]) -> None:
         """Measure the kernels of many graphs in one batch (one parallel build)."""

@@ -28,6 +28,17 @@ def kernel_onnx(sig: KernelSig, weights: Optional[dict[int, np.ndarray]] = None,
         -> onnx.ModelProto:
     """ONNX model of the kernel as the exporter writes it. Weight inputs become initializers (`weights[k]` or
     random data); output names are the exporter's."""
+    mod = bind_weights(kernel_module(sig), sig, weights, seed)
+    try:
+        return export_relax(mod)
+    except ExportError as e:
+        raise UnsupportedOp(str(e)) from None
+
+
+def bind_weights(mod: tvm.IRModule, sig: KernelSig, weights: Optional[dict[int, np.ndarray]] = None,
+                 seed: int = 0) -> tvm.IRModule:
+    """`mod` (a kernel module of `sig`) with its weight inputs bound as constants (`weights[k]` or random data;
+    a one-element constant's value is the signature's)."""
     rng = np.random.default_rng(seed)
     consts = {}
     for k, (shape, dtype, is_weight) in enumerate(sig.inputs):
@@ -40,13 +51,7 @@ def kernel_onnx(sig: KernelSig, weights: Optional[dict[int, np.ndarray]] = None,
                 arr = _random(rng, shape, dtype)
             # (ascontiguousarray makes a scalar 1-D: keep the signature's shape)
             consts[f"p{k}"] = tvm.runtime.tensor(np.ascontiguousarray(arr, dtype=dtype).reshape(tuple(shape)))
-    mod = kernel_module(sig)
-    if consts:
-        mod = relax.transform.BindParams("main", consts)(mod)
-    try:
-        return export_relax(mod)
-    except ExportError as e:
-        raise UnsupportedOp(str(e)) from None
+    return relax.transform.BindParams("main", consts)(mod) if consts else mod
 
 
 def _random(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
@@ -62,4 +67,4 @@ def random_feeds(sig: KernelSig, seed: int = 0) -> dict[str, np.ndarray]:
     return {f"p{k}": _random(rng, s, d) for k, (s, d, w) in enumerate(sig.inputs) if not w}
 
 
-__all__ = ["kernel_onnx", "random_feeds", "UnsupportedOp"]
+__all__ = ["kernel_onnx", "bind_weights", "random_feeds", "UnsupportedOp"]

@@ -46,6 +46,22 @@ class OnnxReport:
     not_searched: dict = field(default_factory=dict)  # reason -> node count
     folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
     expanded: int = 0  # com.microsoft nodes searched as their decomposition (expand_fused)
+    predicted_saving_ms: Optional[float] = None  # the cost model's saving on the regions of the model the guard timed
+
+    @property
+    def gain(self) -> Optional[dict]:
+        """The rewritten model's gain as predicted and as measured, in points of the original's measured latency:
+        predicted = the cost model's saving on its searched regions / the original's latency, measured = 1 - the
+        guard's optimized/original ratio. None unless the guard timed a rewritten model."""
+        t = self.timing
+        names = [lat.name for lat in t.latencies] if t is not None else []
+        if self.predicted_saving_ms is None or "optimized" not in names:
+            return None
+        original_ms = t.latencies[0].median * 1e3
+        measured = t.ratios[names.index("optimized") - 1].ratio
+        return {"predicted_points": 100 * self.predicted_saving_ms / original_ms,
+                "measured_points": 100 * (1 - measured), "predicted_saving_ms": self.predicted_saving_ms,
+                "original_ms": original_ms, "measured_ratio": measured}
 
     @property
     def accepted(self) -> list[RegionResult]:
@@ -335,6 +351,8 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     fastest of them if it is faster than the original, else None (the original)."""
     from ..runtime.timing import compare_onnx_models
 
+    if result is not None:
+        report.predicted_saving_ms = sum(r.cost_before - r.cost_after for r in report.accepted)
     models = [original] + ([result] if result is not None else []) + [m for _, m in others]
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
     with phase("timing"):

@@ -8,7 +8,7 @@ import time
 from typing import Callable, Optional
 
 from ..graph import TensorGraph
-from .backtrack import CostFn, RuleSource, SearchStats, backtracking_search
+from .backtrack import NOISE_BAND, CostFn, RuleSource, SearchStats, SettleFn, backtracking_search
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
 from .stop import StopReason
@@ -24,8 +24,10 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
     `config.method` picks the search: backtracking (region by region), the e-graph (`search.egraph`; `rules` must
     offer `pattern_rewrites()`, as a `RuleSet` does), or both, keeping the cheaper graph (the backtracking one on
     a tie)."""
+    settle = None
     if hasattr(cost, "graph_cost"):
         prefetch = prefetch or getattr(cost, "prefetch", None)
+        settle = cost.settle if getattr(cost, "noisy", False) else None
         cost = cost.graph_cost
     cfg = (config or SearchConfig()).validate()
     t0 = time.monotonic()
@@ -34,7 +36,7 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
         from .egraph import egraph_search
 
         return egraph_search(graph, rules, cost, cfg.egraph, prefetch=prefetch, deadline=deadline)
-    best, total = _backtrack(graph, rules, cost, cfg, deadline, prefetch)
+    best, total = _backtrack(graph, rules, cost, cfg, deadline, prefetch, settle)
     if cfg.method == "both":
         from .egraph import egraph_search
 
@@ -51,14 +53,15 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
 
 
 def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchConfig, deadline: Optional[float],
-               prefetch: Optional[Callable[[list], None]]) -> tuple[TensorGraph, SearchStats]:
-    """TASO's backtracking search, region by region."""
+               prefetch: Optional[Callable[[list], None]], settle: Optional[SettleFn] = None) \
+        -> tuple[TensorGraph, SearchStats]:
+    """TASO's backtracking search, region by region (`settle`: see `backtracking_search`)."""
     t0 = time.monotonic()
     start_cost = cost(graph)
     total = SearchStats(start_cost, start_cost, graph.num_runtime_ops, graph.num_runtime_ops)
 
     def search_one(g: TensorGraph):
-        return backtracking_search(g, rules, cost, cfg, deadline=deadline, prefetch=prefetch)
+        return backtracking_search(g, rules, cost, cfg, deadline=deadline, prefetch=prefetch, settle=settle)
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -69,7 +72,9 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     if out_of_time() and total.stopped_by != StopReason.INTERRUPT:
         total.stopped_by = StopReason.TIME
     best_cost = cost(best)
-    if best_cost > start_cost:  # regions are costed alone; never hand back a graph the model says is worse
+    # regions are costed alone; never hand back a graph the model says is worse (beyond the noise, where a region's
+    # graph was chosen by measuring candidates whole)
+    if best_cost > start_cost * (1 + (NOISE_BAND if settle is not None else 0.0)):
         log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
         best, best_cost = graph, start_cost
         total.rules_applied.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +22,11 @@ from .stop import StopReason
 log = logging.getLogger(__name__)
 
 CostFn = Callable[[TensorGraph], float]
+# graphs whose summed costs are this close (relative) are within the noise of each other: measured whole before one
+# is chosen (`settle`), and the same band decides that measurement
+NOISE_BAND = 0.03
+SETTLE_CANDIDATES = 4  # at most this many of the cheapest graphs are measured whole
+SettleFn = Callable[[list, float], int]
 
 
 class RuleSource(Protocol):
@@ -61,13 +67,16 @@ class SearchStats:
 
 def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
                         deadline: Optional[float] = None,
-                        prefetch: Optional[Callable[[list], None]] = None) -> tuple[TensorGraph, SearchStats]:
+                        prefetch: Optional[Callable[[list], None]] = None,
+                        settle: Optional[SettleFn] = None) -> tuple[TensorGraph, SearchStats]:
     """Search from `graph`; returns the cheapest graph found and statistics.
 
     From `config` (default `SearchConfig()`): `alpha`, `budget` (graphs expanded) and the bound on candidates'
     operator count (`max_ops`); `deadline` is a `time.monotonic()` instant. `prefetch(graphs)`, if given, is called
     with each expansion's new candidates before they are costed one by one (a measuring cost model builds their new
-    kernels in one parallel batch). Deterministic: ties are broken by discovery order.
+    kernels in one parallel batch). Deterministic: ties are broken by discovery order. `settle(graphs, band)`, if
+    given, picks among the cheapest graphs (the given graph first, then by cost) when their costs are within
+    NOISE_BAND of each other (a cost model measures them whole), so noise in the summed costs does not decide.
     """
     cfg = config or SearchConfig()
     alpha, budget = cfg.alpha, cfg.budget
@@ -84,6 +93,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     heap = [(root_cost, next(counter), root, root_path)]
     seen = {graph, root}
     stats = SearchStats(start_cost, start_cost, ops0, ops0)
+    leaders: list = [(root_cost, -1, root, root_path)]  # the cheapest graphs met, for `settle`
     try:
         while heap:
             if stats.expanded >= budget:
@@ -107,6 +117,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
             for rule, new in fresh:
                 stats.candidates += 1
                 nc = cost(new)
+                _lead(leaders, (nc, stats.candidates, new, path + (rule.name,)))
                 if _better(nc, new, best_cost, best):
                     best, best_cost, best_path = new, nc, path + (rule.name,)
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
@@ -118,6 +129,8 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     except KeyboardInterrupt:
         stats.stopped_by = StopReason.INTERRUPT
         log.warning("search interrupted: returning the best graph found so far")
+    if settle is not None and stats.stopped_by != "interrupt":
+        best, best_cost, best_path = _settle(settle, graph, start_cost, best, best_cost, best_path, leaders)
     if not _better(best_cost, best, start_cost, graph):  # the normal form led nowhere cheaper
         best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
@@ -125,6 +138,29 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats
+
+
+def _lead(leaders: list, entry: tuple) -> None:
+    """Keep `entry` (cost, order, graph, path) if it is among the SETTLE_CANDIDATES cheapest."""
+    leaders.append(entry)
+    leaders.sort(key=lambda e: (e[0], e[1]))
+    del leaders[SETTLE_CANDIDATES:]
+
+
+def _settle(settle: SettleFn, graph: TensorGraph, start_cost: float, best: TensorGraph, best_cost: float,
+            best_path: tuple, leaders: list) -> tuple:
+    """Among the given graph and the cheapest graphs met whose costs are within NOISE_BAND of the best, the one
+    `settle` picks. The preference it keeps unless another is faster beyond the noise does not depend on the noisy
+    costs: the given graph first (a rewrite must pay beyond the noise), then fewer operators."""
+    bound = best_cost * (1 + NOISE_BAND)
+    near = {id(g): (c, g, p) for c, _, g, p in leaders if c <= bound}
+    near[id(best)] = (best_cost, best, best_path)
+    if start_cost <= bound:
+        near[id(graph)] = (start_cost, graph, ())
+    cands = sorted(near.values(), key=lambda e: (e[1] is not graph, e[1].num_runtime_ops, e[0]))
+    if len(cands) < 2 or not all(math.isfinite(c) for c, _, _ in cands):
+        return best, best_cost, best_path
+    return cands[settle([g for _, g, _ in cands], NOISE_BAND)]
 
 
 NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one

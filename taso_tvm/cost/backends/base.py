@@ -3,10 +3,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Protocol, Sequence
 
 from ..config import CostConfig
-from ..kernel import KernelSig
+from ..cache import CostCache
+from ..fusion import Partitioner
+from ..kernel import Kernel, KernelSig
+
+
+class Grouping(Protocol):
+    """A graph's kernels as a runtime groups its operators."""
+
+    def kernels(self, graph) -> tuple[Kernel, ...]: ...
 
 
 @dataclass
@@ -42,6 +50,7 @@ class Backend:
 
     name = "base"
     cacheable = True
+    noisy = False  # whether its costs are measurements (noisy: near-equal graphs are measured whole before choosing)
 
     def __init__(self, config: CostConfig):
         self.config = config
@@ -53,6 +62,11 @@ class Backend:
 
     def measure(self, sigs: Sequence[KernelSig]) -> dict[KernelSig, Measurement]:
         raise NotImplementedError
+
+    def grouping(self, partitioner: Partitioner, cache: Optional[CostCache]) -> Grouping:
+        """How this backend's runtime groups a graph's operators into kernels (`kernels(graph)`): TVM's FuseOps
+        (the partitioner) unless the runtime fuses otherwise."""
+        return partitioner
 
     def close(self) -> None:
         pass

@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -21,9 +21,12 @@ from onnx import helper
 
 from ...onnx_io.export import DEFAULT_MIN_OPSET
 from ...progress import Progress
+from ..cache import CostCache
 from ..config import CostConfig
 from ..device import cpu_identity
 from ..kernel import KernelSig
+from ..fusion import Partitioner
+from ..ort_fusion import OrtGrouping
 from ..onnx_kernel import UnsupportedOp, kernel_onnx, random_feeds
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
@@ -33,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MIN_KERNEL_MS = 1e-3  # a node's dispatch inside a session: the floor of a kernel's cost
 LAYOUT_NODES = ("ReorderInput", "ReorderOutput")  # NCHWc conversions ORT adds around a lone conv
-KERNEL_FORM = "export_relax+fused+q20"  # how a kernel is written and timed; in the cache scope, so a new form re-measures
+KERNEL_FORM = "export_relax+fused+q20+ortgroups"  # how a kernel is written and timed; in the cache scope, so a new form re-measures
 # the statistic of a kernel's runs: a low quantile, because load from other processes only ever adds time (the median
 # let one busy moment decide whether a fused kernel or its parts were cheaper)
 LOAD_QUANTILE = 20
@@ -41,6 +44,7 @@ LOAD_QUANTILE = 20
 
 class OrtBackend(Backend):
     name = "ort"
+    noisy = True
 
     def __init__(self, config: CostConfig):
         super().__init__(config)
@@ -69,16 +73,26 @@ class OrtBackend(Backend):
         return (self.name, json.dumps(self.config.target_dict, sort_keys=True), device,
                 f"onnxruntime={self._ort.__version__} kernels={KERNEL_FORM}")
 
-    def session(self, model: onnx.ModelProto, profile_prefix: str = "") -> Any:
+    def grouping(self, partitioner: Partitioner, cache: Optional[CostCache]) -> OrtGrouping:
+        """The units ONNX Runtime's session makes of a graph (`cost.ort_fusion`), learned with this backend's
+        session options."""
+        return OrtGrouping(partitioner, self.session_options(), self.providers, cache, self.scope())
+
+    def session_options(self) -> Any:
+        """The options every session here is created with (threads, sequential, optimization level)."""
         opts = self._ort.SessionOptions()
-        if profile_prefix:
-            opts.enable_profiling = True
-            opts.profile_file_prefix = profile_prefix
         opts.intra_op_num_threads = self.config.num_threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        return opts
+
+    def session(self, model: onnx.ModelProto, profile_prefix: str = "") -> Any:
+        opts = self.session_options()
+        if profile_prefix:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = profile_prefix
         return self._ort.InferenceSession(model.SerializeToString(), opts, providers=self.providers)
 
     def time_session(self, sess: Any, feeds: dict[str, np.ndarray]) -> float:

@@ -54,6 +54,7 @@ TIMED_OUT = "timed out"  # a build that ran out of time may succeed on a quieter
 
 class TvmBackend(Backend):
     name = "tvm"
+    noisy = True
 
     def __init__(self, config: CostConfig):
         super().__init__(config)
