@@ -160,7 +160,8 @@ def _settle(settle: SettleFn, graph: TensorGraph, start_cost: float, best: Tenso
     cands = sorted(near.values(), key=lambda e: (e[1] is not graph, e[1].num_runtime_ops, e[0]))
     if len(cands) < 2 or not all(math.isfinite(c) for c, _, _ in cands):
         return best, best_cost, best_path
-    return cands[settle([g for _, g, _ in cands], NOISE_BAND)]
+    c, g, p = cands[settle([g for _, g, _ in cands], NOISE_BAND)]
+    return g, c, p
 
 
 NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one
