@@ -36,7 +36,7 @@ def test_json_totals_add_up(model_path, capsys, tmp_path):
     cache = str(tmp_path / "c.sqlite")
     assert main([model_path, "--backend", "ort", "--cache", cache, "--json", "--threads", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["backend"] == "ort" and data["kernels"] == 3
+    assert data["backend"] == "ort" and data["kernels"] == sum(k["count"] for k in data["per_kernel"]) >= 3
     assert data["total_ms"] == pytest.approx(sum(k["total_ms"] for k in data["per_kernel"]))
     assert all(k["status"] == "ok" for k in data["per_kernel"])
     assert main([model_path, "--backend", "ort", "--cache", cache, "--json", "--threads", "1"]) == 0

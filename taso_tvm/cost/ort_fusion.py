@@ -36,7 +36,7 @@ from .relax_kernel import kernel_module, node_of_name
 
 log = logging.getLogger(__name__)
 
-GROUPING_FORM = "ort-groups-v1"  # how a window's grouping is learned; in the cache scope, so a change re-learns
+GROUPING_FORM = "ort-groups-v2"  # how a window's grouping is learned; in the cache scope, so a change re-learns
 Groups = tuple  # tuple of tuples of signature node indices, each one unit of two or more nodes
 # (a window ONNX Runtime cannot be asked about, with no ONNX form or an opaque node, has groups None)
 

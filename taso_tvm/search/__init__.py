@@ -8,7 +8,7 @@ import time
 from typing import Callable, Optional
 
 from ..graph import TensorGraph
-from .backtrack import NOISE_BAND, CostFn, RuleSource, SearchStats, SettleFn, backtracking_search
+from .backtrack import NOISE_BAND, CostFn, RuleSource, SearchStats, SettleFn, backtracking_search, normalize
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
 from .stop import StopReason
@@ -66,7 +66,11 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
-    best, per_region = search_by_regions(graph, search_one, cfg.region_size, out_of_time)
+    # the normal form first, on the whole graph: a region boundary must not cut a pattern the `normalize` rules
+    # bring together (GELU's Div made a Mul in one region, its Erf left unfused in the next: a form no runtime fuses)
+    normal, normal_path = normalize(graph, rules, cfg.normalize_steps) if cfg.budget > 0 else (graph, ())
+    best, per_region = search_by_regions(normal, search_one, cfg.region_size, out_of_time)
+    total.rules_applied.update(normal_path)
     for s in per_region:
         total.merge(s)
     if out_of_time() and total.stopped_by != StopReason.INTERRUPT:

@@ -76,7 +76,11 @@ class OrtBackend(Backend):
     def grouping(self, partitioner: Partitioner, cache: Optional[CostCache]) -> OrtGrouping:
         """The units ONNX Runtime's session makes of a graph (`cost.ort_fusion`), learned with this backend's
         session options."""
-        return OrtGrouping(partitioner, self.session_options(), self.providers, cache, self.scope())
+        opts = self.session_options()
+        # the fusions only: at ORT_ENABLE_ALL the NCHWc layout pass renames every tensor of a chain of convolutions,
+        # which reads as one fused node covering the whole chain (its fusions are those of ORT_ENABLE_EXTENDED)
+        opts.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        return OrtGrouping(partitioner, opts, self.providers, cache, self.scope())
 
     def session_options(self) -> Any:
         """The options every session here is created with (threads, sequential, optimization level)."""
