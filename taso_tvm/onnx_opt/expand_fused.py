@@ -8,8 +8,8 @@ re-forms the fused operator where it pays, together with its neighbours. The use
 expansion is a working copy, checked against the original like any rewrite.
 
 A node is expanded only where its expansion is exact: optional inputs and attributes outside what is written here
-(a past state, a rotary embedding, a mask_index of another form, the mean or inv_std_var outputs read) leave it as
-it is. Expanded nodes are named ``taso_expand/<the node's name or type>/<k>``.
+(a past state, a rotary embedding, a mask_index of another form, the mean or inv_std_var outputs read, the
+mask_index of an EmbedLayerNormalization without a mask read) leave it as it is. Expanded nodes are named ``taso_expand/<the node's name or type>/<k>``.
 """
 from __future__ import annotations
 
@@ -177,13 +177,28 @@ def _padding_mask(w: _Writer, mask: str) -> str:
     return w.one("Unsqueeze", add, axes) if w.opset >= SPLIT_INPUT_OPSET else w.one("Unsqueeze", add, axes=[1, 2])
 
 
+def _end_mask(w: _Writer, x: str, ends: str) -> str:
+    """A [batch] mask_index (each row's end: keys at or after it are masked) as the additive [batch, 1, 1, key] mask
+    ONNX Runtime makes of it (x: the attention's [batch, sequence, hidden] input, no past)."""
+    length = w.one("Cast", w.one("Gather", w.one("Shape", x), w.const(1, np.int64)), to=onnx.TensorProto.INT32)
+    keys = w.one("Range", w.const(0, np.int32), length, w.const(1, np.int32))
+    before = w.one("Less", keys, w.one("Unsqueeze", ends, w.const([1], np.int64)) if w.opset >= SPLIT_INPUT_OPSET
+                   else w.one("Unsqueeze", ends, axes=[1]))
+    add = w.one("Where", before, w.const(0.0), w.const(MASK_FILTER_VALUE))
+    axes = w.const([1, 2], np.int64)
+    return w.one("Unsqueeze", add, axes) if w.opset >= SPLIT_INPUT_OPSET else w.one("Unsqueeze", add, axes=[1, 2])
+
+
 def _attention(w: _Writer, n: onnx.NodeProto, shape: Callable[[str], Optional[tuple]]) -> bool:
     heads = int(_attr(n, "num_heads", 0))
     wshape, mshape = shape(n.input[1]), shape(_input(n, 3)) if _input(n, 3) else None
+    xshape = shape(n.input[0])
+    ends = mshape is not None and len(mshape) == 1 and xshape is not None and mshape[0] is not None \
+        and mshape[0] == xshape[0]  # [batch]: end positions ([2 batch], ends and starts, is not written here)
     if (heads < 1 or wshape is None or len(wshape) != 2 or wshape[1] % 3 or _attr(n, "unidirectional", 0)
             or _attr(n, "qkv_hidden_sizes") or _attr(n, "do_rotary", 0) or _attr(n, "past_present_share_buffer", 0)
             or any(_input(n, i) for i in (4, 6)) or any(_used(n, i) for i in range(1, len(n.output)))
-            or (_input(n, 3) and (mshape is None or len(mshape) != 2))
+            or (_input(n, 3) and (mshape is None or len(mshape) != 2) and not ends)
             or float(_attr(n, "mask_filter_value", MASK_FILTER_VALUE)) != MASK_FILTER_VALUE):
         return False
     width = wshape[1] // 3
@@ -197,7 +212,8 @@ def _attention(w: _Writer, n: onnx.NodeProto, shape: Callable[[str], Optional[tu
         q, k, v = w.op("Split", y, w.const([width] * 3, np.int64), n_out=3, axis=-1)
     else:
         q, k, v = w.op("Split", y, n_out=3, axis=-1, split=[width] * 3)
-    masks = ([_padding_mask(w, n.input[3])] if _input(n, 3) else []) + ([n.input[5]] if _input(n, 5) else [])
+    mask = (_end_mask(w, n.input[0], n.input[3]) if ends else _padding_mask(w, n.input[3])) if _input(n, 3) else None
+    masks = ([mask] if mask else []) + ([n.input[5]] if _input(n, 5) else [])
     _sdpa(w, q, k, v, heads, width, width, scale, masks, n.output[0])
     return True
 
@@ -216,13 +232,48 @@ def _multi_head_attention(w: _Writer, n: onnx.NodeProto, shape: Callable[[str], 
     return True
 
 
+def _embed_layernorm(w: _Writer, n: onnx.NodeProto, read: set) -> bool:
+    """layer norm of word[ids] + position[position_ids or 0..S-1] (+ segment[segment_ids]): the registry's
+    embed_layernorm, its lookups as Gathers (ONNX Runtime's int32 ids read as they are)."""
+    ids, seg_ids, word, pos, seg, gamma, beta, mask = (_input(n, i) for i in range(8))
+    if len(n.output) > 1 and n.output[1] in read:
+        if not mask:
+            return False  # a mask_index of zeros: not written here
+        ones = w.one("Cast", w.one("Equal", mask, w.const(1, np.int32)), to=onnx.TensorProto.INT32)
+        axes = w.const([1], np.int64)  # mask_index: each row's count of ones (its end, for right padding)
+        if w.opset >= SPLIT_INPUT_OPSET:
+            w.one("ReduceSum", ones, axes, keepdims=0, out=n.output[1])
+        else:
+            w.one("ReduceSum", ones, axes=[1], keepdims=0, out=n.output[1])
+    if bool(seg_ids) != bool(seg):
+        return False
+    if _input(n, 8):
+        positions = w.one("Gather", pos, n.input[8])
+    else:  # positions 0..S-1: the table's first S rows, broadcast over the batch
+        length = w.one("Slice", w.one("Shape", ids), w.const([1], np.int64), w.const([2], np.int64))
+        positions = w.one("Slice", pos, w.const([0], np.int64), length, w.const([0], np.int64))
+    s = w.one("Add", w.one("Gather", word, ids), positions)
+    if seg:
+        s = w.one("Add", s, w.one("Gather", seg, seg_ids))
+    if len(n.output) > 2 and n.output[2]:
+        s = w.one("Identity", s, out=n.output[2])
+    w.layernorm(s, gamma, beta, float(_attr(n, "epsilon", 1e-12)), n.output[0])
+    return True
+
+
 def _types(model: onnx.ModelProto) -> dict[str, tuple]:
     """Tensor name -> shape (ints for static dims, names for symbolic ones) where ONNX shape inference knows it."""
+    lacks_ms = not any(o.domain == MS for o in model.opset_import)  # ONNX Runtime's optimizer may leave it out
+    if lacks_ms:  # (added for the inference only: the model is not copied for it)
+        model.opset_import.append(helper.make_opsetid(MS, 1))
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception as e:  # an invalid model: only the declared shapes
         log.debug("shape inference failed (%s)", e)
         inferred = model
+    finally:
+        if lacks_ms:
+            del model.opset_import[-1]
     g = inferred.graph
     out = {t.name: tuple(t.dims) for t in g.initializer}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -253,11 +304,13 @@ def _expand_once(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     shapes = _types(model)
     shape = shapes.get
     rank = lambda name: len(shapes[name]) if name in shapes else None  # noqa: E731
+    read = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
     expanders: dict[str, Callable[[_Writer, onnx.NodeProto], bool]] = {
         "Gelu": _gelu, "BiasGelu": _bias_gelu, "FastGelu": _fast_gelu, "QuickGelu": _quick_gelu,
         "FusedMatMul": lambda w, n: _fused_matmul(w, n, rank), "SkipLayerNormalization": _skip_layernorm,
         "Attention": lambda w, n: _attention(w, n, shape),
         "MultiHeadAttention": lambda w, n: _multi_head_attention(w, n, shape),
+        "EmbedLayerNormalization": lambda w, n: _embed_layernorm(w, n, read),
     }
     out = onnx.ModelProto()
     out.CopyFrom(model)

@@ -4,8 +4,10 @@ Every binding whose operator the registry knows becomes a node; anything else (a
 symbolic shapes, a tuple the registry cannot see through) becomes an *opaque* node that keeps the original
 expression, so lowering can put it back unchanged: nothing is ever dropped.
 
-One identity is applied while lifting, as TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
-constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0).
+Two identities are applied while lifting. As TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
+constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0). And a take of
+indices in the ONNX frontend's negative-index form (`gather_form`) is the registry's take (ONNX's Gather) of the
+raw indices, so that an embedding lookup reads the model's ids.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tvm.ir import GenericConst
 
 from ..graph import GraphError, NodeStore, TensorGraph, TensorType
 from ..graph.ops import RELAX_TO_OP
+from ..graph.ops.gather_form import gather_form, raw_indices
 from ..graph.ops.relax_util import tensor_type
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,9 @@ class _Lifter:
         self.consts: dict[Any, tuple] = {}
         self.opaque_inputs: dict[str, dict[Any, relax.Var]] = {}
         self.tuple_uses: dict[Any, set] = {}  # var -> indices read by TupleGetItem; None entry = other use
+        self.bound = {b.var: b.value for b in block.bindings
+                      if isinstance(b, relax.VarBinding) and isinstance(b.value, relax.Call)}
+        self.kept = self._gather_forms()
         self._scan_uses()
 
     def _scan_uses(self) -> None:
@@ -70,6 +76,16 @@ class _Lifter:
             if not isinstance(b.var, relax.DataflowVar):
                 uses.setdefault(b.var, set()).add(None)  # block output: used as a whole
         self.tuple_uses = uses
+
+    def _gather_forms(self) -> set:
+        """The vars of the frontend's negative-index normalizations of Gather indices: kept opaque, so that a
+        take the registry cannot hold (a table of another rank, another axis) is still written as one Gather."""
+        kept: set = set()
+        for value in self.bound.values():
+            found = gather_form(value, self.bound.get) if getattr(value.op, "name", "") == "relax.take" else None
+            if found is not None:
+                kept.update(found[1])
+        return kept
 
     # ------------------------------------------------------------------ operands
     def _input(self, var: relax.Var) -> tuple:
@@ -116,6 +132,9 @@ class _Lifter:
         if lifted is None:
             return False
         args, attrs = lifted
+        if opdef.name == "take":
+            ids = raw_indices(call, self.bound.get)
+            args = args if ids is None else [args[0], ids]
         refs = [self._operand(a) for a in args]
         if any(r is None for r in refs):
             return False
@@ -166,7 +185,7 @@ class _Lifter:
             var, value = b.var, b.value
             if not isinstance(b, relax.VarBinding):  # MatchCast: keep it as it is
                 self._lift_opaque(var, b)
-            elif isinstance(value, relax.Call) and self._lift_call(var, value):
+            elif isinstance(value, relax.Call) and var not in self.kept and self._lift_call(var, value):
                 pass
             elif isinstance(value, relax.TupleGetItem) and isinstance(self.env.get(value.tuple_value), tuple) \
                     and self.env[value.tuple_value][0] == "tuple":

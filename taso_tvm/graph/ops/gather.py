@@ -13,6 +13,7 @@ from tvm import relax
 
 from .base import OpDef, register
 from .elementwise import z3_apply_n
+from .gather_form import normalized_indices
 from ..types import GraphError, TensorType
 
 R = relax.op
@@ -67,15 +68,21 @@ def _take_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
 
 
 def _take_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
+    """A take in Relax's "fast" mode only: "clip" and "wrap" define indices out of [-rows, rows) as ONNX does not."""
     axis = call.attrs.axis
-    if axis is None or int(axis) != 0 or call.attrs.mode not in ("fast", "clip", "wrap"):
+    if axis is None or int(axis) != 0 or str(call.attrs.mode) != "fast":
         return None
     return [call.args[0], call.args[1]], {}
 
 
+def _take_lower(bb: Any, args: Sequence[Any], a: dict, t: Sequence[TensorType]) -> Any:
+    """ONNX's Gather in the frontend's own form (negative ids count from the end), written back as one Gather."""
+    ids = normalized_indices(bb, args[1], int(t[0].shape[0]), str(t[1].dtype))
+    return R.take(args[0], ids, axis=0)
+
+
 TAKE = register(OpDef(
-    "take", 2, _take_infer, _take_numpy, relax=("relax.take",), lift=_take_lift,
-    lower=lambda bb, args, a, t: R.take(args[0], args[1], axis=0), z3=_take_z3,
+    "take", 2, _take_infer, _take_numpy, relax=("relax.take",), lift=_take_lift, lower=_take_lower, z3=_take_z3,
     doc="rows of a [rows, width] table at integer indices of any shape: [*indices, width] (embedding lookup)"))
 
 __all__ = ["TAKE"]

@@ -10,6 +10,7 @@ from tvm import relax
 
 from .tensor_types import FLOAT_TYPES, ONNX_TO_NP, onnx_dtype, prim_to_py, rank_of, static_dims, type_dims
 from .registry import register
+from ...graph.ops.gather_form import raw_indices
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -281,8 +282,11 @@ def convert_flip(ctx, call, attrs, args):
 @register("relax.take")
 def convert_take(ctx, call, attrs, args):
     x, idx = args[0], args[1]
-    axis = attrs.axis
-    mode = str(attrs.mode)
+    axis, mode = attrs.axis, str(attrs.mode)
+    ids = raw_indices(call, ctx.exporter.producer_call)
+    if ids is not None:  # the frontend's form of ONNX Gather: its wrap of negative ids is Gather's own
+        nd = rank_of(call.args[0])
+        return ctx.op("Gather", x, ctx.exporter.value_of(ids), axis=(int(axis) + nd) % nd)
     if axis is None:
         x = ctx.reshape(x, [-1])
         axis = 0
