@@ -182,11 +182,14 @@ def test_opset14_block_is_one_region_and_fuses(gelu_form, square):
     model = _encoder_block(gelu_form, square)
     out, report = optimize_onnx(model, {"cost": "analytic"}, time_check=False)
     assert report.decision.startswith("optimized"), report.decision
-    # one region from the embedding's add to the output (the Gather stays out: TVM decomposes it)
-    assert sorted(len(r.region.nodes) for r in report.regions)[-1] == len(model.graph.node) - 3
+    # one region, the token-type lookup included (its Gather is read back as one `take`)
+    assert sorted(len(r.region.nodes) for r in report.regions)[-1] == len(model.graph.node)
     fused = _fused(out)
-    assert fused == ["BiasGelu", "SkipLayerNormalization", "SkipLayerNormalization"], (fused, report.decision)
-    assert not any(n.op_type in ("Pow", "Erf", "Sqrt") for n in out.graph.node)
+    # the residual's add fuses; the embedding's add may stay with its lookup (under the analytic model FuseOps
+    # makes lookup + add + layer norm one kernel, which a SkipLayerNormalization beside a lone Gather is not)
+    assert fused.count("BiasGelu") == 1 and fused.count("SkipLayerNormalization") >= 1, (fused, report.decision)
+    assert {"layernorm_from_pieces_mul"} | {"layernorm_from_pieces_" + square} <= set(report.rules_applied)
+    assert not any(n.op_type in ("Pow", "Erf") for n in out.graph.node)
     check_onnx(model, out, [random_feeds(model, seed=s) for s in (3, 4)])
 
 
