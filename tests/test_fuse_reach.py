@@ -1,7 +1,7 @@
 """Fused forms reached on bias-free projections and exporters' opset < 17 forms: the packed attention from
 projections without a bias (verified; a wrong zero bias is not), the normal form's constants folded before the
-search (the cost model then reads Gelu's 1/sqrt 2), and a mean over the last axis of [B, S, H] written as
-ReduceMean (ONNX Runtime's LayerNormalization fusion reads it; GlobalAveragePool it does not)."""
+search (the cost model then reads Gelu's 1/sqrt 2), and a layer norm written at opset 14 in the pieces ONNX
+Runtime's LayerNormalization fusion reads (ReduceMean, Pow 2; not GlobalAveragePool, not d * d)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +14,10 @@ from taso_tvm.rules.verify.verdict import verify_rule
 from verified_axioms import verified_axioms
 
 NO_BIAS_RULES = ("pack_attention_projections_no_bias", "pack_split_projections_no_bias")
+
+
+def _const(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
 
 
 @pytest.fixture(scope="module")
@@ -49,19 +53,18 @@ def test_a_packed_bias_of_ones_is_not_verified(axioms, tmp_path):
 
 def _gelu_div_model() -> onnx.ModelProto:
     """x (erf(x / sqrt 2) + 1) / 2 as torch exports it."""
-    c = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
     nodes = [helper.make_node("Div", ["x", "r"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
              helper.make_node("Add", ["e", "o"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
              helper.make_node("Mul", ["m", "h"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
-                          [c("r", np.sqrt(2.0)), c("o", 1.0), c("h", 0.5)])
+                          [_const("r", np.sqrt(2.0)), _const("o", 1.0), _const("h", 0.5)])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 
 
 def test_the_normal_form_reads_gelus_constants_as_values():
-    """div_by_constant's 1/c is folded before the search: the erf_gelu node reads a one-element weight (its value
-    in the cost model's kernel signature, so the kernel measured is ONNX Runtime's Gelu, not its pieces)."""
+    """div_by_constant's 1/c is folded before the search: the erf_gelu node reads one-element weights (values in
+    the cost model's kernel signature, so the kernel measured is ONNX Runtime's Gelu, not its pieces)."""
     from taso_tvm.graph import fold_weights
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.relay_pass.rewrite import rewrite_module
@@ -80,24 +83,28 @@ def test_the_normal_form_reads_gelus_constants_as_values():
     assert all(best.store.nodes[i].op in ("weight", "input") for i, _ in gelu.inputs)
 
 
-def test_a_layer_norm_in_pieces_at_opset_14_is_fused_by_the_session(tmp_path):
-    """The exporter's layer norm at opset 14 (pieces) is one LayerNormalization in ONNX Runtime's session."""
+def test_a_layer_norm_at_opset_14_is_fused_by_the_session(tmp_path):
+    """The exporter's layer norm at opset 14 (pieces) is one LayerNormalization in ONNX Runtime's session, and
+    computes what LayerNormalization does."""
     import onnxruntime as ort
 
     from taso_tvm.onnx_io import load_onnx
     from taso_tvm.onnx_io.export import export_relax
 
     rng = np.random.default_rng(0)
-    c = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
     g = helper.make_graph(
         [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-12)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
-        [c("g", rng.standard_normal(16)), c("b", rng.standard_normal(16))])
-    mod = load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
-    out = export_relax(mod, opset=14)
+        [_const("g", rng.standard_normal(16)), _const("b", rng.standard_normal(16))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    out = export_relax(load_onnx(model), opset=14)
     assert "GlobalAveragePool" not in [n.op_type for n in out.graph.node]
     so = ort.SessionOptions()
     so.optimized_model_filepath = str(tmp_path / "opt.onnx")
-    ort.InferenceSession(out.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(out.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert "LayerNormalization" in [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
+    x = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {sess.get_inputs()[0].name: x})[0], ref.run(None, {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)

@@ -66,7 +66,8 @@ def _moments_normalize(ctx, x, axes, eps):
     t = ctx.types[x]
     mean = ctx.reduce("ReduceMean", x, axes, True)
     d = ctx.op("Sub", x, mean)
-    var = ctx.reduce("ReduceMean", ctx.op("Mul", d, d), axes, True)
+    # Pow(d, 2), as exporters write it before opset 17: the form ONNX Runtime's LayerNormalization fusion reads
+    var = ctx.reduce("ReduceMean", ctx.op("Pow", d, ctx.typed_scalar(2.0, t)), axes, True)
     return ctx.op("Div", d, ctx.op("Sqrt", ctx.op("Add", var, ctx.typed_scalar(eps, t))))
 
 

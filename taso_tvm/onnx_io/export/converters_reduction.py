@@ -46,8 +46,9 @@ def convert_reduce(ctx, call, attrs, args):
             if variadic in ("Sum", "Mean") and t in FLOAT_TYPES or variadic in ("Max", "Min") and t not in (
                     TensorProto.INT16, TensorProto.UINT16, TensorProto.BOOL):
                 return ctx.op(variadic, *vals)
-    # GlobalAveragePool / GlobalMaxPool: what the ONNX frontend decomposes into mean/max
-    if op in ("ReduceMean", "ReduceMax") and keep and nd >= 3 and axes == list(range(2, nd)) \
+    # GlobalAveragePool / GlobalMaxPool: what the ONNX frontend decomposes into mean/max (images: a mean over the
+    # last axis of [B, S, H] stays ReduceMean, the form ONNX Runtime's LayerNormalization fusion reads)
+    if op in ("ReduceMean", "ReduceMax") and keep and nd >= 4 and axes == list(range(2, nd)) \
             and ctx.types[x] in FLOAT_TYPES:
         return ctx.op("GlobalAveragePool" if op == "ReduceMean" else "GlobalMaxPool", x)
     t = ctx.types[x]
