@@ -406,6 +406,8 @@ def markdown(rows: list, peak: float) -> str:
             if c["fused"]:
                 s += "<br>wrote: " if c.get("session_fused") else "<br>"
                 s += ", ".join(f"{k} {v}" for k, v in sorted(c["fused"].items()))
+            elif c.get("session_fused") and c["variant"] != "original":
+                s += "<br>wrote: no com.microsoft op"
             if c.get("session_fused"):
                 s += "<br>session: " + ", ".join(f"{k} {v}" for k, v in sorted(c["session_fused"].items()))
             cells.append(s)

@@ -7,11 +7,18 @@ torch module), and listed in `manifest.json` in the format of `tests/data/real_m
 `tests/real_models.py`), with the keys the benchmark needs besides: `model_type`, `num_heads`, `hidden_size`
 (the ORT transformer optimizer's arguments) and `seq` (the sequence lengths to benchmark).
 
-It needs torch and transformers, which the project does not depend on:
+It needs torch and transformers, which the project does not depend on (and onnxscript for the dynamo exporter):
 
     python3 -m venv /tmp/venv-export
     /tmp/venv-export/bin/pip install torch==2.13.0 transformers onnx onnxscript onnxruntime
-    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--out DIR]
+    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--set eager]
+        [--skip-existing] [--out DIR]
+
+`--set eager`: issue 28's eager-attention exports only (`EAGER`: MiniLM-L3/L6, BERT-base, DistilBERT, RoBERTa,
+GPT-2 small, ViT-base; legacy exporter at opsets 14 and 17, the BERT family with and without token_type_ids, the
+dynamo exporter at opset 17 for MiniLM-L6 and BERT-base; about 5.3 GB, 10 minutes on 2 cores). The dynamo exporter
+writes opset 18 and converts down to 17 (onnx's converter). GPT-2 is exported with its attention mask, as optimum
+does (without it, transformers 5 looks for packed sequences with torch.diff, which the legacy exporter lacks).
 
 Default folder: `$TASO_TVM_PEER_MODELS`, else `~/.cache/taso_tvm/peer_models/`.
 """
