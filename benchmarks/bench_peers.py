@@ -428,7 +428,8 @@ def markdown(rows: list, peak: float) -> str:
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("names", nargs="*", help="model names (default: all of the set)")
+    p.add_argument("names", nargs="*", help="model names (default: all of the set), run in the order given; "
+                   "NAME@128 or NAME@128,512: that model at these sequence lengths only (over --seq)")
     p.add_argument("--set", default="peers", choices=["peers", "eager", "real", "zoo", "all"],
                    help="peers: the exports without eager attention; eager: issue 28's eager-attention exports")
     p.add_argument("--seq", type=int, nargs="*", help="sequence lengths (default: each model's own)")
@@ -437,6 +438,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--md", type=Path, help="default benchmarks/results/peers.md (--set eager: peers_eager.md)")
     p.add_argument("--json", type=Path, help="default benchmarks/results/peers.json (--set eager: peers_eager.json)")
     p.add_argument("--append", action="store_true", help="add the rows to those already in --json (replacing rows of the same model and sequence length)")
+    p.add_argument("--dry-run", action="store_true", help="list the rows (model, seq) it would run, and stop")
     p.add_argument("--keep", type=Path, help="keep the files the tools wrote in this folder "
                    "(NAME_SEQ_VARIANT.onnx; benchmarks/profile_ops.py --from reads them)")
     p.add_argument("--models-dir", type=Path, action="append", default=[],
@@ -462,12 +464,20 @@ def main(argv: Optional[list] = None) -> int:
             models += manifest_models(ROOT / "tests" / "data" / "real_models")
         if a.set in ("zoo", "all"):
             models += zoo_models(work)
+        plan = [(m, None) for m in models]  # (model, its sequence lengths when the name gave them)
         if a.names:
-            unknown = set(a.names) - {m.name for m in models}
+            by_name = {m.name: m for m in models}
+            asked = [(n.partition("@")[0], n.partition("@")[2]) for n in a.names]
+            unknown = sorted({n for n, _ in asked} - set(by_name))
             if unknown:
-                print(f"not in --set {a.set}: {', '.join(sorted(unknown))}", file=sys.stderr)
+                print(f"not in --set {a.set}: {', '.join(unknown)}", file=sys.stderr)
                 return 2
-            models = [m for m in models if m.name in a.names]
+            plan = [(by_name[n], [int(x) for x in seqs.split(",")] if seqs else None) for n, seqs in asked]
+        if a.dry_run:
+            for m, seqs in plan:
+                for seq in ((seqs or a.seq) if m.has_seq else None) or m.seqs:
+                    print(f"{m.name} {seq} ({m.path.stat().st_size / 1e6:.0f} MB)")
+            return 0
         if a.keep:
             a.keep.mkdir(parents=True, exist_ok=True)
             work = a.keep
@@ -477,8 +487,8 @@ def main(argv: Optional[list] = None) -> int:
         peak = gemm_peak_gflops(min(20.0, a.time_cap))
         rows = json.loads(a.json.read_text())["rows"] if a.append and a.json.exists() else []
         t_all = time.monotonic()
-        for m in models:
-            for seq in ((a.seq if m.has_seq else None) or m.seqs):
+        for m, seqs in plan:
+            for seq in ((seqs or a.seq) if m.has_seq else None) or m.seqs:
                 t0 = time.monotonic()
                 cells = bench(m, seq, work, a.time_cap, a.guard_cap, peak)
                 rows = [r for r in rows if (r["model"], r["seq"]) != (m.name, seq)]  # a re-run supersedes a row
