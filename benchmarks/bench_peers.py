@@ -9,12 +9,20 @@ threads, all graph optimizations, thread spinning off for every session: `taso_t
 measured in the same run: ONNX Runtime's MatMul on 1024^3 fp32 gives the machine's GEMM peak, and each variant's
 FLOPs over its latency its share of it.
 
-    python benchmarks/bench_peers.py [NAMES] [--set peers|real|zoo|all] [--seq 128 512] [--time-cap 60]
-        [--md benchmarks/results/peers.md] [--json benchmarks/results/peers.json]
+    python benchmarks/bench_peers.py [NAMES] [--set peers|eager|real|zoo|all] [--seq 128 512] [--time-cap 60]
+        [--md benchmarks/results/peers.md] [--json benchmarks/results/peers.json] [--append] [--keep DIR]
 
 Models: `benchmarks/peers/make_peer_models.py` writes the transformers into `$TASO_TVM_PEER_MODELS` (default
-`~/.cache/taso_tvm/peer_models`); `--set real` takes the committed real models (tests/data/real_models), `--set zoo`
-the zoo's models. A tool that fails, or whose output does not load or differs, is a table entry saying so.
+`~/.cache/taso_tvm/peer_models`); `--set peers` takes those exported without eager attention, `--set eager` the
+eager-attention exports (issue 28: the form ORT's optimizer was built for), `--set real` the committed real models
+(tests/data/real_models), `--set zoo` the zoo's models. A tool that fails, or whose output does not load or differs,
+is a table entry saying so. A model with no sequence dim (ViT) keeps its own token count whatever `--seq` says.
+
+Each cell lists the `com.microsoft` operators of the file the tool wrote ("wrote") and of the graph ONNX Runtime's
+session makes of it at ORT_ENABLE_EXTENDED ("session": ORT fuses Gelu, SkipLayerNormalization, FusedMatMul, ... by
+itself). taso-tvm's cells give its speed against the best peer with that ratio's own interval; a row on an encoder
+where ORT's optimizer fused no attention is flagged and not counted as ahead. Tool times are wall-clock, end to end
+(load, run, save) in this process.
 """
 from __future__ import annotations
 
@@ -44,6 +52,9 @@ from taso_tvm.runtime.timing import compare, measure, ort_runner, ort_session  #
 log = logging.getLogger("bench_peers")
 VARIANTS = ("original", "onnxsim", "ort-opt", "taso", "ort-opt+taso")
 PEERS = ("onnxsim", "ort-opt")
+ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "PackedAttention", "PackedMultiHeadAttention",
+                           "GroupQueryAttention", "DecoderMaskedSelfAttention", "DecoderMaskedMultiHeadAttention"})
+NO_ATTENTION_FLAG = "peer fused no attention: not counted as ahead"
 GEMM = 1024
 THREADS = 2
 
@@ -57,6 +68,8 @@ class Model:
     model_type: Optional[str] = None  # for ORT's transformer optimizer
     num_heads: int = 0
     hidden_size: int = 0
+    has_seq: bool = True  # a symbolic sequence dim (False: images, whose token count is fixed)
+    encoder: bool = False  # an encoder ORT's optimizer should fuse attention in (BERT family, ViT)
 
 
 @dataclass
@@ -69,9 +82,12 @@ class Cell:
     ratio: float = float("nan")  # to the original
     ci: tuple = (float("nan"), float("nan"))
     vs_peer: float = float("nan")  # latency ratio to the best peer (< 1: faster than it)
+    vs_peer_ci: tuple = (float("nan"), float("nan"))  # that ratio's interval (same error rate as `ci`)
+    best_peer: str = ""  # the variant vs_peer is against (a peer, or the original when both peers are slower)
     gflops: float = float("nan")
     peak_share: float = float("nan")
-    fused: dict = field(default_factory=dict)  # com.microsoft op type -> count
+    fused: dict = field(default_factory=dict)  # com.microsoft op type -> count, in the file the tool wrote
+    session_fused: dict = field(default_factory=dict)  # the same in ORT's session graph at ORT_ENABLE_EXTENDED
 
 
 # ------------------------------------------------------------------------------------------- models
@@ -93,7 +109,15 @@ def _entry_feeds(entry: dict, seq: int, batch: int = 1, seed: int = 0) -> dict:
     return out
 
 
-def manifest_models(folder: Path, kinds: Optional[set] = None) -> list[Model]:
+def is_eager(entry: dict) -> bool:
+    """An eager-attention export of make_peer_models.py (issue 28's set)."""
+    return "eager" in entry.get("kinds", []) or "_eager" in entry["name"]
+
+
+def manifest_models(folder: Path, kinds: Optional[set] = None,
+                    eager: Optional[bool] = None) -> list[Model]:
+    """The models of a manifest.json; `kinds`: those with one of these kinds; `eager`: only the eager-attention
+    exports (True) or only the others (False)."""
     man = folder / "manifest.json"
     if not man.exists():
         return []
@@ -101,13 +125,17 @@ def manifest_models(folder: Path, kinds: Optional[set] = None) -> list[Model]:
     for e in json.loads(man.read_text())["models"]:
         if kinds and not kinds & set(e.get("kinds", [])):
             continue
+        if eager is not None and is_eager(e) != eager:
+            continue
         seqs = e.get("seq") or sorted({v for d, vals in e.get("dims", {}).items() if d != "batch" for v in vals})[:1]
         cfg = e.get("source", {}).get("config", {})
         bert = "transformer" in e.get("kinds", []) and "num_attention_heads" in cfg  # the real models' BERTs
+        model_type = e.get("model_type") or ("bert" if bert else None)
+        has_seq = any(isinstance(d, str) and d != "batch" for i in e["inputs"] for d in i["shape"])
         out.append(Model(e["name"], folder / e["file"], lambda s, e=e: _entry_feeds(e, s), seqs or [0],
-                         e.get("model_type") or ("bert" if bert else None),
-                         e.get("num_heads") or cfg.get("num_attention_heads", 0),
-                         e.get("hidden_size") or cfg.get("hidden_size", 0)))
+                         model_type, e.get("num_heads") or cfg.get("num_attention_heads", 0),
+                         e.get("hidden_size") or cfg.get("hidden_size", 0), has_seq,
+                         e.get("encoder", model_type in ("bert", "vit"))))
     return out
 
 
@@ -119,7 +147,8 @@ def zoo_models(tmp: Path) -> list[Model]:
     for name in ("squeezenet", "resnet50", "bert", "nasrnn"):
         path = tmp / f"zoo_{name}.onnx"
         onnx.save(zoo.get_model(name), str(path))
-        out.append(Model(f"zoo_{name}", path, lambda s, p=path: random_feeds(onnx.load(str(p))), [0]))
+        out.append(Model(f"zoo_{name}", path, lambda s, p=path: random_feeds(onnx.load(str(p))), [0],
+                         has_seq=False))
     return out
 
 
@@ -211,12 +240,46 @@ def run_taso(src: Path, dst: Path, feeds: dict, time_cap: float) -> str:
     return report.decision
 
 
-def _fused(path: Path) -> dict:
+def fused_counts(model: Any) -> dict:
+    """`com.microsoft` operator type -> count in the model's main graph (`model`: a ModelProto or a path)."""
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
     counts: dict = {}
-    for n in onnx.load(str(path), load_external_data=False).graph.node:
+    for n in model.graph.node:
         if n.domain == "com.microsoft":
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    return counts
+    return dict(sorted(counts.items()))
+
+
+def session_fused_counts(path: Path, level: str = "extended") -> dict:
+    """`fused_counts` of the graph ONNX Runtime's CPU session makes of the model at this optimization level
+    (basic | extended | all), written out with `optimized_model_filepath`: what ORT fuses by itself (Gelu,
+    SkipLayerNormalization, FusedMatMul, Attention, ...), whoever wrote the file."""
+    import onnxruntime as ort
+
+    levels = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    with tempfile.TemporaryDirectory(prefix="bench_peers_session_") as tmp:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = levels[level]
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 4
+        opts.optimized_model_filepath = os.path.join(tmp, "session.onnx")
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return fused_counts(Path(opts.optimized_model_filepath))
+
+
+def attention_fused(counts: dict) -> bool:
+    return any(k in ATTENTION_OPS for k in counts)
+
+
+def row_flags(m: Model, cells: dict) -> list:
+    """Why a row's taso-tvm cell does not count as ahead of the peers, whatever its ratio."""
+    peer = cells.get("ort-opt")
+    if m.encoder and peer is not None and peer.ok and not attention_fused(peer.fused):
+        return [NO_ATTENTION_FLAG]
+    return []
 
 
 def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float, peak: float) -> list[Cell]:
@@ -250,9 +313,14 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float, pea
             sess = ort_session(str(paths[v]), threads=THREADS, spin=False)
             runners.append(ort_runner(sess, feeds))
             names.append(v)
-            c.fused = _fused(paths[v])
+            c.fused = fused_counts(paths[v])
         except (CheckFailed, Exception) as e:  # noqa: BLE001  (does not load, or differs)
             c.ok, c.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+            continue
+        try:
+            c.session_fused = session_fused_counts(paths[v])
+        except Exception as e:  # noqa: BLE001  (the optimized graph could not be written: the cell still counts)
+            log.warning("%s %s: no session graph (%s)", m.name, v, e)
     res = compare(*runners, names=names, time_cap=time_cap)
     flops = matmul_flops(onnx.load(str(m.path)), feeds)
     lat = {lt.name: lt for lt in res.latencies}
@@ -264,12 +332,38 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float, pea
         c.median_ms = lt.median * 1e3
         c.gflops = flops / lt.median / 1e9
         c.peak_share = c.gflops / peak if peak else float("nan")
-    best_peer = min((cells[p].ratio for p in PEERS if p in lat), default=1.0)
-    best_peer = min(best_peer, 1.0)  # a peer slower than the original is not what a user would keep
+    # the best peer: the faster of the peers, or the original when both are slower (not what a user would keep)
+    best = min((p for p in PEERS if p in lat), key=lambda p: cells[p].ratio, default="original")
+    if cells[best].ratio > 1.0:
+        best = "original"
     for v in lat:
-        cells[v].vs_peer = cells[v].ratio / best_peer
+        c = cells[v]
+        c.best_peer = best
+        c.vs_peer = c.ratio / cells[best].ratio
+        if v == best:
+            c.vs_peer_ci = (1.0, 1.0)
+        elif v != "original":
+            r = res.between(names.index(best), names.index(v))
+            c.vs_peer, c.vs_peer_ci = r.ratio, r.ci
     log.info("%s seq %s: %s", m.name, seq, res.summary())
+    _FLOPS[(str(m.path), seq)] = flops
     return list(cells.values())
+
+
+_FLOPS: dict = {}  # (model path, seq) -> matmul_flops, as bench computed it
+
+
+def row_of(m: Model, seq: int, cells: list) -> dict:
+    """The json row of one model at one sequence length."""
+    by = {c.variant: c for c in cells}
+    flops = _FLOPS.get((str(m.path), seq))
+    if flops is None:
+        flops = matmul_flops(onnx.load(str(m.path)), m.feeds(seq))
+    flags = row_flags(m, by)
+    taso = by.get("taso")
+    ahead = None if flags or taso is None or not taso.ok else bool(taso.vs_peer_ci[1] < 1.0)
+    return {"model": m.name, "seq": seq, "gflop": flops / 1e9, "encoder": m.encoder, "flags": flags,
+            "ahead": ahead, "cells": [asdict(c) for c in cells]}
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -289,7 +383,8 @@ def _inv(x: float) -> float:
 def markdown(rows: list, peak: float) -> str:
     lines = [f"Machine: {machine()}; GEMM peak (ONNX Runtime MatMul, best of {GEMM}^3 and BERT's shapes): "
              f"**{peak:.0f} GFLOP/s**.", "",
-             "| model | seq | GFLOP | " + " | ".join(VARIANTS) + " |", "|---|---|---|" + "---|" * len(VARIANTS)]
+             "| model | seq | GFLOP | " + " | ".join(VARIANTS) + " | notes |",
+             "|---|---|---|" + "---|" * len(VARIANTS) + "---|"]
     for r in rows:
         cells = []
         for c in r["cells"]:
@@ -302,65 +397,110 @@ def markdown(rows: list, peak: float) -> str:
                 s = f"{_inv(c['ratio']):.3f}x [{_inv(c['ci'][1]):.3f}, {_inv(c['ci'][0]):.3f}]"
                 if c["variant"].endswith("taso"):
                     s += f", **{_inv(c['vs_peer']):.3f}x vs best peer**"
+                    lo, hi = c.get("vs_peer_ci", (float("nan"),) * 2)
+                    if lo == lo:  # rows from before the interval was kept have none
+                        s += f" [{_inv(hi):.3f}, {_inv(lo):.3f}] ({c.get('best_peer', '')})"
                 s += f", {c['gflops'] / peak:.0%}, tool {c['tool_seconds']:.0f} s"
+                if c["variant"].endswith("taso") and c["note"]:  # what it wrote (its guard's decision)
+                    s += f"<br>{c['note'][:90]}"
             if c["fused"]:
-                s += "<br>" + ", ".join(f"{k} {v}" for k, v in sorted(c["fused"].items()))
+                s += "<br>wrote: " if c.get("session_fused") else "<br>"
+                s += ", ".join(f"{k} {v}" for k, v in sorted(c["fused"].items()))
+            elif c.get("session_fused") and c["variant"] != "original":
+                s += "<br>wrote: no com.microsoft op"
+            if c.get("session_fused"):
+                s += "<br>session: " + ", ".join(f"{k} {v}" for k, v in sorted(c["session_fused"].items()))
             cells.append(s)
-        lines.append(f"| {r['model']} | {r['seq']} | {r['gflop']:.1f} | " + " | ".join(cells) + " |")
+        notes = list(r.get("flags", []))
+        if r.get("ahead") is not None:
+            notes.append("taso-tvm ahead of the best peer" if r["ahead"] else "taso-tvm not ahead")
+        lines.append(f"| {r['model']} | {r['seq']} | {r['gflop']:.1f} | " + " | ".join(cells) + " | "
+                     + "; ".join(notes) + " |")
     lines += ["", "Speedups are original latency / variant latency (median of per-round ratios, 95 % interval), "
               "all variants timed in one alternating run per row; '% of peak' is FLOPs / latency over the GEMM "
               "peak; 'vs best peer' compares with the faster of onnxsim and ORT's optimizer (or the original when "
-              "both are slower)."]
+              "both are slower), with the interval of that ratio itself and the peer it is against. 'wrote': the "
+              "com.microsoft operators of the file the tool wrote; 'session': those of the graph ONNX Runtime's "
+              "session runs at ORT_ENABLE_EXTENDED (its own fusions added). 'ahead': the interval against the best "
+              "peer is above 1; an encoder row where ORT's optimizer fused no attention is not counted."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("names", nargs="*", help="model names (default: all of the set)")
-    p.add_argument("--set", default="peers", choices=["peers", "real", "zoo", "all"])
+    p.add_argument("names", nargs="*", help="model names (default: all of the set), run in the order given; "
+                   "NAME@128 or NAME@128,512: that model at these sequence lengths only (over --seq)")
+    p.add_argument("--set", default="peers", choices=["peers", "eager", "real", "zoo", "all"],
+                   help="peers: the exports without eager attention; eager: issue 28's eager-attention exports")
     p.add_argument("--seq", type=int, nargs="*", help="sequence lengths (default: each model's own)")
     p.add_argument("--time-cap", type=float, default=60.0, help="seconds of alternating timing per row")
     p.add_argument("--guard-cap", type=float, default=20.0, help="taso-tvm's own never-slower timing cap")
-    p.add_argument("--md", type=Path, default=ROOT / "benchmarks" / "results" / "peers.md")
-    p.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
+    p.add_argument("--md", type=Path, help="default benchmarks/results/peers.md (--set eager: peers_eager.md)")
+    p.add_argument("--json", type=Path, help="default benchmarks/results/peers.json (--set eager: peers_eager.json)")
     p.add_argument("--append", action="store_true", help="add the rows to those already in --json (replacing rows of the same model and sequence length)")
+    p.add_argument("--dry-run", action="store_true", help="list the rows (model, seq) it would run, and stop")
+    p.add_argument("--keep", type=Path, help="keep the files the tools wrote in this folder "
+                   "(NAME_SEQ_VARIANT.onnx; benchmarks/profile_ops.py --from reads them)")
     p.add_argument("--models-dir", type=Path, action="append", default=[],
                    help="more model folders with a manifest.json in make_peer_models.py's format (e.g. the paddle "
                         "encoders of benchmarks/peers/paddle_encoder.py); their models join the peers' set")
     a = p.parse_args(argv)
+    stem = "peers_eager" if a.set == "eager" else "peers"
+    a.md = a.md or ROOT / "benchmarks" / "results" / f"{stem}.md"
+    a.json = a.json or ROOT / "benchmarks" / "results" / f"{stem}.json"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         work = Path(tmp)
         models: list[Model] = []
+        peer_dir = Path(os.environ.get("TASO_TVM_PEER_MODELS",
+                                       Path.home() / ".cache" / "taso_tvm" / "peer_models"))
         if a.set in ("peers", "all"):
-            models += manifest_models(Path(os.environ.get("TASO_TVM_PEER_MODELS",
-                                                          Path.home() / ".cache" / "taso_tvm" / "peer_models")))
+            models += manifest_models(peer_dir, eager=None if a.set == "all" else False)
             for folder in a.models_dir:
                 models += manifest_models(folder)
+        if a.set == "eager":
+            models += manifest_models(peer_dir, eager=True)
         if a.set in ("real", "all"):
             models += manifest_models(ROOT / "tests" / "data" / "real_models")
         if a.set in ("zoo", "all"):
             models += zoo_models(work)
+        plan = [(m, None) for m in models]  # (model, its sequence lengths when the name gave them)
         if a.names:
-            models = [m for m in models if m.name in a.names]
+            by_name = {m.name: m for m in models}
+            asked = [(n.partition("@")[0], n.partition("@")[2]) for n in a.names]
+            unknown = sorted({n for n, _ in asked} - set(by_name))
+            if unknown:
+                print(f"not in --set {a.set}: {', '.join(unknown)}", file=sys.stderr)
+                return 2
+            plan = [(by_name[n], [int(x) for x in seqs.split(",")] if seqs else None) for n, seqs in asked]
+        if a.dry_run:
+            for m, seqs in plan:
+                for seq in ((seqs or a.seq) if m.has_seq else None) or m.seqs:
+                    print(f"{m.name} {seq} ({m.path.stat().st_size / 1e6:.0f} MB)")
+            return 0
+        if a.keep:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            work = a.keep
         if not models:
             print("no models: run benchmarks/peers/make_peer_models.py first (or --set real / zoo)", file=sys.stderr)
             return 2
         peak = gemm_peak_gflops(min(20.0, a.time_cap))
         rows = json.loads(a.json.read_text())["rows"] if a.append and a.json.exists() else []
-        for m in models:
-            for seq in (a.seq or m.seqs):
+        t_all = time.monotonic()
+        for m, seqs in plan:
+            for seq in ((seqs or a.seq) if m.has_seq else None) or m.seqs:
+                t0 = time.monotonic()
                 cells = bench(m, seq, work, a.time_cap, a.guard_cap, peak)
-                feeds = m.feeds(seq)
                 rows = [r for r in rows if (r["model"], r["seq"]) != (m.name, seq)]  # a re-run supersedes a row
-                rows.append({"model": m.name, "seq": seq, "gflop": matmul_flops(onnx.load(str(m.path)), feeds) / 1e9,
-                             "cells": [asdict(c) for c in cells]})
+                rows.append(row_of(m, seq, cells))
+                rows[-1]["row_seconds"] = time.monotonic() - t0
                 a.md.parent.mkdir(parents=True, exist_ok=True)
                 a.md.write_text(markdown(rows, peak))
                 a.json.write_text(json.dumps({"machine": machine(), "gemm_peak_gflops": peak, "rows": rows},
                                              indent=1, default=float) + "\n")
                 print(markdown(rows[-1:], peak).splitlines()[-3], flush=True)
-    print(f"wrote {a.md} and {a.json}")
+                print(f"({m.name} seq {seq}: {rows[-1]['row_seconds']:.0f} s)", flush=True)
+    print(f"wrote {a.md} and {a.json} ({time.monotonic() - t_all:.0f} s after the GEMM peak)")
     return 0
 
 

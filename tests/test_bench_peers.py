@@ -58,3 +58,47 @@ def test_a_tool_that_fails_is_a_cell_not_a_crash(tmp_path):
     assert not cells["ort-opt"].ok and "not a transformer" in cells["ort-opt"].note
     assert not cells["ort-opt+taso"].ok
     assert cells["original"].ok and cells["taso"].ok and cells["taso"].median_ms > 0
+
+
+def _skip_ln_model(path: Path) -> None:
+    """Add + LayerNormalization (ORT's session fuses it into SkipLayerNormalization at ORT_ENABLE_EXTENDED), then a
+    com.microsoft Gelu written in the file."""
+    h = 8
+    inits = [numpy_helper.from_array(np.ones(h, np.float32), "g"),
+             numpy_helper.from_array(np.zeros(h, np.float32), "b")]
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], axis=-1, epsilon=1e-5),
+             helper.make_node("Gelu", ["n"], ["out"], domain="com.microsoft")]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, h]) for n in ("x", "y")]
+    g = helper.make_graph(nodes, "t", ins, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, h])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
+def test_fused_counts_of_the_file_and_of_ort_session(tmp_path):
+    path = tmp_path / "t.onnx"
+    _skip_ln_model(path)
+    assert bench_peers.fused_counts(path) == {"Gelu": 1} == bench_peers.fused_counts(onnx.load(str(path)))
+    assert bench_peers.session_fused_counts(path, "basic") == {"Gelu": 1}
+    assert bench_peers.session_fused_counts(path) == {"Gelu": 1, "SkipLayerNormalization": 1}
+
+
+def test_no_attention_flag_and_markdown_of_old_and_new_rows():
+    enc = bench_peers.Model("enc", Path("enc.onnx"), lambda s: {}, [128], "bert", 12, 384, encoder=True)
+    dec = bench_peers.Model("dec", Path("dec.onnx"), lambda s: {}, [128], "gpt2", 12, 768, encoder=False)
+    no_attn = {"ort-opt": bench_peers.Cell("ort-opt", fused={"SkipLayerNormalization": 6, "BiasGelu": 3})}
+    attn = {"ort-opt": bench_peers.Cell("ort-opt", fused={"Attention": 3})}
+    assert bench_peers.row_flags(enc, no_attn) == [bench_peers.NO_ATTENTION_FLAG]
+    assert bench_peers.row_flags(enc, attn) == [] and bench_peers.row_flags(dec, no_attn) == []
+    cells = [bench_peers.Cell(v, median_ms=10.0, ratio=0.9, ci=(0.85, 0.95), gflops=1.0) for v in bench_peers.VARIANTS]
+    cells[3].vs_peer, cells[3].vs_peer_ci, cells[3].best_peer = 0.95, (0.9, 0.99), "ort-opt"
+    cells[3].fused, cells[3].session_fused = {"Attention": 3}, {"Attention": 3, "Gelu": 3}
+    new = {"model": "enc", "seq": 128, "gflop": 1.0, "flags": [bench_peers.NO_ATTENTION_FLAG], "ahead": None,
+           "cells": [bench_peers.asdict(c) for c in cells]}
+    old = {"model": "old", "seq": 128, "gflop": 1.0, "cells": [{k: v for k, v in bench_peers.asdict(c).items()
+                                                                 if k not in ("vs_peer_ci", "best_peer",
+                                                                              "session_fused")} for c in cells]}
+    md = bench_peers.markdown([old, new], 100.0)
+    assert "| old | 128 |" in md and bench_peers.NO_ATTENTION_FLAG in md
+    assert "[1.010, 1.111] (ort-opt)" in md and "wrote: Attention 3<br>session: Attention 3, Gelu 3" in md

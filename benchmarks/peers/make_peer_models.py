@@ -7,11 +7,18 @@ torch module), and listed in `manifest.json` in the format of `tests/data/real_m
 `tests/real_models.py`), with the keys the benchmark needs besides: `model_type`, `num_heads`, `hidden_size`
 (the ORT transformer optimizer's arguments) and `seq` (the sequence lengths to benchmark).
 
-It needs torch and transformers, which the project does not depend on:
+It needs torch and transformers, which the project does not depend on (and onnxscript for the dynamo exporter):
 
     python3 -m venv /tmp/venv-export
     /tmp/venv-export/bin/pip install torch==2.13.0 transformers onnx onnxscript onnxruntime
-    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--out DIR]
+    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--set eager]
+        [--skip-existing] [--out DIR]
+
+`--set eager`: issue 28's eager-attention exports only (`EAGER`: MiniLM-L3/L6, BERT-base, DistilBERT, RoBERTa,
+GPT-2 small, ViT-base; legacy exporter at opsets 14 and 17, the BERT family with and without token_type_ids, the
+dynamo exporter at opset 17 for MiniLM-L6 and BERT-base; about 5.3 GB, 10 minutes on 2 cores). The dynamo exporter
+writes opset 18 and converts down to 17 (onnx's converter). GPT-2 is exported with its attention mask, as optimum
+does (without it, transformers 5 looks for packed sequences with torch.diff, which the legacy exporter lacks).
 
 Default folder: `$TASO_TVM_PEER_MODELS`, else `~/.cache/taso_tvm/peer_models/`.
 """
@@ -22,7 +29,9 @@ import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -30,42 +39,78 @@ SEED = 0
 BERT_BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 MINILM_L6 = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 MINILM_L3 = dict(hidden_size=384, num_hidden_layers=3, num_attention_heads=12, intermediate_size=1536)
+DISTILBERT = dict(dim=768, n_layers=6, n_heads=12, hidden_dim=3072)
+VIT_BASE = dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                intermediate_size=3072)
+SMALL_VOCAB = 8192  # RoBERTa's and GPT-2's token tables cut to keep the files small (a Gather's cost is not its size)
+ROBERTA_BASE = dict(BERT_BASE, vocab_size=SMALL_VOCAB)
+GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, use_cache=False)
+GPT2_SMALL_VOCAB = dict(GPT2_SMALL, vocab_size=SMALL_VOCAB, bos_token_id=SMALL_VOCAB - 1, eos_token_id=SMALL_VOCAB - 1)
 
-# name -> (family, exporter, config, model_type for ORT's optimizer, sequence lengths)
+
+class Spec(NamedTuple):
+    """One model to export."""
+
+    family: str  # bert | roberta | distilbert | vit | gpt2 | gpt2_blocks
+    exporter: str  # legacy (TorchScript, dynamo=False) | dynamo
+    cfg: dict  # the transformers config's arguments
+    model_type: str  # ORT's transformer optimizer's model_type
+    seqs: list  # the sequence lengths to benchmark (ViT: its token count)
+    opset: Optional[int] = None  # None: 17 for the legacy exporter, the dynamo exporter's own default
+    token_types: bool = False  # (BERT family) token_type_ids as a third input
+    eager: bool = False  # attn_implementation="eager" (the form optimum's exports and most hub files have)
+
+
 MODELS = {
-    "bert_base_legacy": ("bert", "legacy", BERT_BASE, "bert", [128, 512]),
-    "bert_base_dynamo": ("bert", "dynamo", BERT_BASE, "bert", [128, 512]),
-    "minilm_l6_legacy": ("bert", "legacy", MINILM_L6, "bert", [128, 512]),
-    "minilm_l6_dynamo": ("bert", "dynamo", MINILM_L6, "bert", [128, 512]),
-    "minilm_l3_legacy": ("bert", "legacy", MINILM_L3, "bert", [128, 512]),
-    "distilbert_legacy": ("distilbert", "legacy", dict(dim=768, n_layers=6, n_heads=12, hidden_dim=3072), "bert",
-                          [128]),
-    "vit_base_legacy": ("vit", "legacy", dict(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
-                                              num_attention_heads=12, intermediate_size=3072), "vit", [197]),
-    # GPT-2 small's architecture written out in torch (gpt2_blocks.py): transformers' GPT-2 does not export here
-    "gpt2_small_blocks": ("gpt2_blocks", "legacy", dict(hidden=768, layers=12, heads=12), "gpt2", [128]),
-    "gpt2_small_dynamo": ("gpt2", "dynamo", dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
-                                                 use_cache=False), "gpt2", [128]),
-    # the form optimum and most hub files have: token_type_ids, eager attention, the legacy exporter at opset 14
-    # (layer norm and GELU in pieces) and 17
-    "minilm_l6_eager_op14": ("bert_tt", "legacy", MINILM_L6, "bert", [128, 512]),
-    "minilm_l6_eager_op17": ("bert_tt", "legacy", MINILM_L6, "bert", [128, 512]),
-    "bert_base_eager_op14": ("bert_tt", "legacy", BERT_BASE, "bert", [128, 512]),
-    "bert_base_eager_op17": ("bert_tt", "legacy", BERT_BASE, "bert", [128, 512]),
+    "bert_base_legacy": Spec("bert", "legacy", BERT_BASE, "bert", [128, 512]),
+    "bert_base_dynamo": Spec("bert", "dynamo", BERT_BASE, "bert", [128, 512]),
+    "minilm_l6_legacy": Spec("bert", "legacy", MINILM_L6, "bert", [128, 512]),
+    "minilm_l6_dynamo": Spec("bert", "dynamo", MINILM_L6, "bert", [128, 512]),
+    "minilm_l3_legacy": Spec("bert", "legacy", MINILM_L3, "bert", [128, 512]),
+    "distilbert_legacy": Spec("distilbert", "legacy", DISTILBERT, "bert", [128]),
+    "vit_base_legacy": Spec("vit", "legacy", VIT_BASE, "vit", [197]),
+    # GPT-2 small's architecture written out in torch (gpt2_blocks.py): transformers' GPT-2 (sdpa) does not export
+    "gpt2_small_blocks": Spec("gpt2_blocks", "legacy", dict(hidden=768, layers=12, heads=12), "gpt2", [128]),
+    "gpt2_small_dynamo": Spec("gpt2", "dynamo", GPT2_SMALL, "gpt2", [128]),
 }
-OPSET = {name: int(name[-2:]) for name in MODELS if name[-5:-2] == "_op"}  # the legacy exporter's opset (else 17)
+
+
+def _eager_set() -> dict:
+    """The eager-attention exports (issue 28): the form optimum's exports and most hub files have, where ORT's
+    transformer optimizer was built to fire. Legacy exporter at opset 14 (layer norm and GELU in pieces) and 17;
+    the BERT family with token_type_ids (`NAME`) and without (`NAME_nott`); the dynamo exporter at opset 17 for
+    MiniLM-L6 and BERT-base."""
+    out = {}
+    for op in (14, 17):
+        for name, cfg in (("minilm_l3", MINILM_L3), ("minilm_l6", MINILM_L6), ("bert_base", BERT_BASE)):
+            out[f"{name}_eager_op{op}"] = Spec("bert", "legacy", cfg, "bert", [128, 512], op, True, True)
+            out[f"{name}_eager_op{op}_nott"] = Spec("bert", "legacy", cfg, "bert", [128, 512], op, False, True)
+        out[f"distilbert_eager_op{op}"] = Spec("distilbert", "legacy", DISTILBERT, "bert", [128, 512], op, eager=True)
+        out[f"roberta_base_eager_op{op}"] = Spec("roberta", "legacy", ROBERTA_BASE, "bert", [128, 512], op,
+                                                 eager=True)
+        out[f"gpt2_small_eager_op{op}"] = Spec("gpt2", "legacy", GPT2_SMALL_VOCAB, "gpt2", [128, 512], op, eager=True)
+        out[f"vit_base_eager_op{op}"] = Spec("vit", "legacy", VIT_BASE, "vit", [197], op, eager=True)
+    for name, cfg in (("minilm_l6", MINILM_L6), ("bert_base", BERT_BASE)):
+        out[f"{name}_eager_dynamo_op17"] = Spec("bert", "dynamo", cfg, "bert", [128, 512], 17, True, True)
+    return out
+
+
+EAGER = _eager_set()
+MODELS.update(EAGER)
 
 
 def default_out() -> Path:
     return Path(os.environ.get("TASO_TVM_PEER_MODELS", Path.home() / ".cache" / "taso_tvm" / "peer_models"))
 
 
-def _module(family: str, cfg: dict):
+def _module(spec: Spec):
     """(torch module returning the last hidden state, example inputs, input specs, heads, hidden)."""
     import torch
     import transformers as tf
 
     torch.manual_seed(SEED)
+    family, cfg = spec.family, spec.cfg
+    attn = {"attn_implementation": "eager"} if spec.eager else {}
 
     class Wrap(torch.nn.Module):  # the last hidden state; explicit arguments (torch.export matches them by name)
         def __init__(self, m):
@@ -90,7 +135,7 @@ def _module(family: str, cfg: dict):
                           token_type_ids=token_type_ids).last_hidden_state
 
     if family == "vit":
-        m = tf.ViTModel(tf.ViTConfig(**cfg), add_pooling_layer=False)
+        m = tf.ViTModel(tf.ViTConfig(**cfg, **attn), add_pooling_layer=False)
         size = cfg["image_size"]
         ex = (torch.randn(1, 3, size, size),)
         specs = [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, size, size]}]
@@ -103,26 +148,33 @@ def _module(family: str, cfg: dict):
         specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, VOCAB]}]
         return GPT2(**cfg).eval(), ex, specs, cfg["heads"], cfg["hidden"]
     if family == "gpt2":
-        m = tf.GPT2Model(tf.GPT2Config(**cfg))
+        m = tf.GPT2Model(tf.GPT2Config(**cfg, **attn))
         vocab = m.config.vocab_size
         ex = (torch.randint(0, vocab, (1, 16)),)
         specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, vocab]}]
-        return Ids(m).eval(), ex, specs, cfg["n_head"], cfg["n_embd"]
+        if not spec.eager:
+            return Ids(m).eval(), ex, specs, cfg["n_head"], cfg["n_embd"]
+        # with the attention mask, as optimum exports it (and without it transformers 5 looks for packed sequences
+        # with torch.diff, which the legacy exporter does not have)
+        ex += (torch.ones(1, 16, dtype=torch.long),)
+        specs.append({"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, 2],
+                      "pattern": "padding_mask"})
+        return IdsMask(m).eval(), ex, specs, cfg["n_head"], cfg["n_embd"]
     if family == "distilbert":
-        m = tf.DistilBertModel(tf.DistilBertConfig(**cfg))
+        m = tf.DistilBertModel(tf.DistilBertConfig(**cfg, **attn))
         heads, hidden = cfg["n_heads"], cfg["dim"]
-    elif family == "bert_tt":  # eager attention, as optimum's exports and most hub files have it
-        m = tf.BertModel(tf.BertConfig(**cfg, attn_implementation="eager"), add_pooling_layer=False)
+    elif family == "roberta":
+        m = tf.RobertaModel(tf.RobertaConfig(**cfg, **attn), add_pooling_layer=False)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     else:
-        m = tf.BertModel(tf.BertConfig(**cfg), add_pooling_layer=False)
+        m = tf.BertModel(tf.BertConfig(**cfg, **attn), add_pooling_layer=False)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     vocab = m.config.vocab_size
     ex = (torch.randint(0, vocab, (1, 16)), torch.ones(1, 16, dtype=torch.long))
     specs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, vocab]},
              {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"], "range": [0, 2],
               "pattern": "padding_mask"}]
-    if family == "bert_tt":
+    if spec.token_types:
         types = m.config.type_vocab_size
         ex += (torch.randint(0, types, (1, 16)),)
         specs.append({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "sequence"],
@@ -136,19 +188,21 @@ def export(name: str, out: Path) -> dict:
     import torch
     import transformers
 
-    family, exporter, cfg, model_type, seqs = MODELS[name]
-    module, example, specs, heads, hidden = _module(family, cfg)
+    spec = MODELS[name]
+    family, exporter, cfg = spec.family, spec.exporter, spec.cfg
+    module, example, specs, heads, hidden = _module(spec)
     path = out / f"{name}.onnx"
     names = [s["name"] for s in specs]
     if exporter == "dynamo":
         dims = {"batch": torch.export.Dim.DYNAMIC, "sequence": torch.export.Dim.DYNAMIC}
         dyn = tuple({i: dims[d] for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs)
+        extra = {"opset_version": spec.opset} if spec.opset else {}
         torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
-                          dynamic_shapes=dyn, dynamo=True, external_data=False)
+                          dynamic_shapes=dyn, dynamo=True, external_data=False, **extra)
     else:
         axes = {s["name"]: {i: d for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs}
         torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
-                          dynamic_axes=axes, opset_version=OPSET.get(name, 17), dynamo=False)
+                          dynamic_axes=axes, opset_version=spec.opset or 17, dynamo=False)
     model = onnx.load(str(path))
     if exporter == "dynamo":  # the stack traces name the exporting machine's paths
         for n in model.graph.node:
@@ -156,6 +210,9 @@ def export(name: str, out: Path) -> dict:
             del n.metadata_props[:]
             n.metadata_props.extend(keep)
         onnx.save(model, str(path))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if spec.opset and opset != spec.opset:
+        raise RuntimeError(f"asked for opset {spec.opset}, the exporter wrote {opset}")
     onnx.checker.check_model(str(path), full_check=True)
     dims = {"batch": [1, 2]} if family == "vit" else {"batch": [1, 2], "sequence": [16, 9]}
     _check(path, module, specs, dims)
@@ -164,16 +221,22 @@ def export(name: str, out: Path) -> dict:
         source_package = "benchmarks/peers/gpt2_blocks.py"
     else:
         source_package = "transformers"
-    return {"name": name, "file": path.name, "set": "peers",
-            "source": {"package": source_package, "version": transformers.__version__,
-                       "config": dict(cfg, arch=type(getattr(module, "m", module)).__name__),
-                       "parameters": int(sum(p.numel() for p in module.parameters()))},
-            "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
-            "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
-            "ir_version": model.ir_version, "inputs": [dict(s, file_shape=s["shape"]) for s in specs],
-            "outputs": ["last_hidden_state"], "dims": dims, "kinds": ["transformer", family],
-            "model_type": model_type, "num_heads": heads, "hidden_size": hidden, "seq": seqs,
-            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    kinds = ["transformer", family] + (["eager"] if spec.eager else []) + (["token_types"] if spec.token_types
+                                                                           else [])
+    entry = {"name": name, "file": path.name, "set": "peers",
+             "source": {"package": source_package, "version": transformers.__version__,
+                        "config": dict(cfg, arch=type(getattr(module, "m", module)).__name__,
+                                       **({"attn_implementation": "eager"} if spec.eager else {})),
+                        "parameters": int(sum(p.numel() for p in module.parameters()))},
+             "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
+             "opset": opset, "ir_version": model.ir_version, "inputs": [dict(s, file_shape=s["shape"]) for s in specs],
+             "outputs": ["last_hidden_state"], "dims": dims, "kinds": kinds,
+             "model_type": spec.model_type, "num_heads": heads, "hidden_size": hidden, "seq": spec.seqs,
+             "encoder": family not in ("gpt2", "gpt2_blocks"),
+             "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if family == "vit":
+        entry["image_size"] = cfg["image_size"]
+    return entry
 
 
 def _check(path: Path, module, specs: list, dims: dict) -> None:
@@ -204,24 +267,41 @@ def _check(path: Path, module, specs: list, dims: dict) -> None:
                              f"{float(np.abs(got - want).max()):.3g}")
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="*", help=f"models to export (default all: {', '.join(MODELS)})")
+    p.add_argument("--set", choices=["all", "eager"], default="all",
+                   help="eager: the eager-attention exports only (issue 28)")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="keep models already in the manifest whose file is there with the listed size")
     p.add_argument("--out", type=Path, default=default_out())
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     man_path = a.out / "manifest.json"
     entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
-    for name in a.only or list(MODELS):
+    failed = []
+    for name in a.only or list(EAGER if a.set == "eager" else MODELS):
+        e = entries.get(name)
+        if a.skip_existing and e and (a.out / e["file"]).exists() and (a.out / e["file"]).stat().st_size == e["bytes"]:
+            print(f"{name}: already exported", flush=True)
+            continue
         print(f"exporting {name} ...", flush=True)
+        t0 = time.monotonic()
         try:
             entries[name] = export(name, a.out)
         except Exception as e:  # one model's exporter failure is reported, the others go on
-            print(f"  {name}: not exported ({type(e).__name__}: {str(e).splitlines()[0][:200]})", file=sys.stderr)
+            print(f"  {name}: not exported ({type(e).__name__}: {str(e).strip().splitlines()[0][:300]})",
+                  file=sys.stderr, flush=True)
+            failed.append(name)
+            (a.out / f"{name}.onnx").unlink(missing_ok=True)
+            entries.pop(name, None)
+            man_path.write_text(json.dumps({"models": [entries[k] for k in sorted(entries)]}, indent=1) + "\n")
             continue
         man_path.write_text(json.dumps({"models": [entries[k] for k in sorted(entries)]}, indent=1) + "\n")
-        print(f"  {entries[name]['bytes'] / 1e6:.0f} MB", flush=True)
-    return 0
+        print(f"  {entries[name]['bytes'] / 1e6:.0f} MB in {time.monotonic() - t0:.0f} s", flush=True)
+    if failed:
+        print(f"not exported: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
