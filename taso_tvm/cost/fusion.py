@@ -41,7 +41,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..graph.tensor_graph import NodeStore, TensorGraph, weight_array
+from ..graph.tensor_graph import NodeStore, TensorGraph, weight_value
 from .graph_partitioner import MAX_FUSE_DEPTH, find_root, fuse
 from .kernel import Kernel, KernelSig
 from .patterns import INJECTIVE, OUT_EWISE_FUSABLE, expand
@@ -109,11 +109,10 @@ class Partitioner:
         its decomposition)."""
         if not self._weight_only(graph, memo, ref[0]):
             return False
-        node = graph.store.nodes[ref[0]]
-        if node.op == "weight" and ty.size == 1:
-            try:
-                return ("value", float(np.asarray(weight_array(node)).reshape(-1)[0]))
-            except (TypeError, ValueError):
+        if ty.size == 1:  # a weight, or an expression of weights (div_by_constant's 1 / sqrt 2 in a GELU): its
+            try:  # value, so the kernel is built with it and written as the runtime's fused node (Gelu)
+                return ("value", float(weight_value(graph, ref).reshape(-1)[0]))
+            except (TypeError, ValueError, KeyError, IndexError):
                 return True
         return True
 

@@ -438,6 +438,16 @@ def new_graph_store() -> NodeStore:
 __all__ = ["Node", "NodeStore", "TensorGraph", "TensorRef", "CycleError", "from_weights", "weight_array", "freeze"]
 
 
+def weight_value(graph: TensorGraph, ref: TensorRef) -> np.ndarray:
+    """The value of a weight-only tensor (a weight, or an expression of weights: div_by_constant's 1 / c),
+    evaluated with the operators' NumPy semantics."""
+    node = graph.store.nodes[ref[0]]
+    if node.op == "weight":
+        return np.asarray(weight_array(node))
+    args = [weight_value(graph, r) for r in node.inputs]
+    return np.asarray(node.opdef.numpy(args, node.attrs)[ref[1]])
+
+
 def fold_weights(graph: TensorGraph) -> TensorGraph:
     """The graph with every weight-only computation evaluated with NumPy into a weight (what Relax's FoldConstant
     does, without building a kernel per expression), so that rules asking for weights see them."""

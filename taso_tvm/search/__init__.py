@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Callable, Optional
 
-from ..graph import TensorGraph, fold_weights
+from ..graph import TensorGraph
 from .backtrack import NOISE_BAND, CostFn, RuleSource, SearchStats, SettleFn, backtracking_search, normalize
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
@@ -69,8 +69,6 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     # the normal form first, on the whole graph: a region boundary must not cut a pattern the `normalize` rules
     # bring together (GELU's Div made a Mul in one region, its Erf left unfused in the next: a form no runtime fuses)
     normal, normal_path = normalize(graph, rules, cfg.normalize_steps) if cfg.budget > 0 else (graph, ())
-    if normal_path:  # the constants it computed (div_by_constant's 1/c) folded: the cost model reads a
-        normal = fold_weights(normal)  # one-element weight's value (Gelu's 1/sqrt 2), not a weight-only expression's
     best, per_region = search_by_regions(normal, search_one, cfg.region_size, out_of_time)
     total.rules_applied.update(normal_path)
     for s in per_region:
