@@ -15,6 +15,7 @@ from tvm.target import Target
 from .apply import CpuSchedule
 from .common import vector_lanes
 from .conv_layout import ConvWeightsIHWO
+from .fast_erf import legalize_passes
 from .pad_width import PadConvWidth
 
 PIPELINE_NAME = "taso-schedule"
@@ -33,14 +34,14 @@ def graph_passes(target: Target) -> list:
 
 def schedule_passes(target: Target, scheduler: Optional[CpuSchedule] = None, pre_schedule: Sequence = ()) -> list:
     """The default Relax passes for `target`; on llvm with conv2d widths padded to whole vector halves first
-    (`PadConvWidth`) and the CPU schedule pass after FuseTIR (preceded by `pre_schedule`, e.g. a tuning database
+    (`PadConvWidth`), erf as a vectorizable polynomial (`fast_erf`) and the CPU schedule pass after FuseTIR (preceded by `pre_schedule`, e.g. a tuning database
     that schedules some PrimFuncs first)."""
     # the CPU backend's own module (its package forgets to export dataflow_lower_passes in TVM 0.27)
     from tvm.relax.backend.cpu_generic import pipeline as P
 
     if target.kind.name != "llvm":
         return [relax.get_default_pipeline(target)]
-    return (graph_passes(target) + P.library_dispatch_passes(target) + P.legalize_passes(target)
+    return (graph_passes(target) + P.library_dispatch_passes(target) + legalize_passes(target)
             + list(pre_schedule) + [scheduler or CpuSchedule(target)]
             + P.dataflow_lower_passes(target) + P.finalize_passes(target))
 
@@ -53,7 +54,7 @@ def schedule_module(mod: tvm.IRModule, target: Target) -> tuple:
     scheduler = CpuSchedule(target)
     with target:
         out = tvm.transform.Sequential(graph_passes(target) + P.library_dispatch_passes(target)
-                                       + P.legalize_passes(target) + [scheduler])(mod)
+                                       + legalize_passes(target) + [scheduler])(mod)
     return out, scheduler.report
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-SCHEDULE_VERSION = 1  # bump when the rules change what a kernel runs (the cost cache keys on it)
+SCHEDULE_VERSION = 2  # bump when the rules change what a kernel runs (the cost cache keys on it)
 
 
 def host_mcpu() -> Optional[str]:

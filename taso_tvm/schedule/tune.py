@@ -162,11 +162,12 @@ def fused_module(mod: tvm.IRModule, target: Target) -> tvm.IRModule:
     """The module as `CpuSchedule` receives it: layout passes, library dispatch, LegalizeOps, FuseOps, FuseTIR."""
     from tvm.relax.backend.cpu_generic import pipeline as P
 
+    from .fast_erf import legalize_passes
     from .pipeline import graph_passes
 
     with target:
         return tvm.transform.Sequential(graph_passes(target) + P.library_dispatch_passes(target)
-                                        + P.legalize_passes(target))(mod)
+                                        + legalize_passes(target))(mod)
 
 
 # ----------------------------------------------------------------------------------------- report
