@@ -1,5 +1,6 @@
 """The TVM cost model's kernels are the kernels of the build: for a small encoder layer, as imported and as the search
-writes it (fused attention, skip layer norms, GELU: not yet, see FUSED_OPS_OPAQUE), the model's kernels equal the PrimFunc calls of the module
+writes it (fused attention, skip layer norms, GELU: grouped on their decompositions, `cost.decomposed`, as the TVM
+backend groups), the model's kernels equal the PrimFunc calls of the module
 `taso-tvm compile` builds (the CPU schedules' pipeline: layout passes, LegalizeOps with the fast erf, FoldConstant,
 FuseOps, FuseTIR), compared by the tensors each kernel writes; and the kernels the model measures are built with
 that pipeline, so a GELU kernel calls no scalar libm erf."""
@@ -47,11 +48,19 @@ def _shape(ty) -> tuple:
 
 
 def model_kernels(graph: TensorGraph) -> collections.Counter:
-    """The cost model's kernels, each as the sorted (shape, dtype) of the tensors it writes."""
+    """The TVM cost model's kernels (its backend's grouping on llvm), each as the sorted (shape, dtype) of the tensors
+    it writes."""
+    from taso_tvm.cost import load_cost_config
+    from taso_tvm.cost.backends.tvm_backend import TvmBackend
     from taso_tvm.cost.kernel import rebuild
 
+    backend = TvmBackend(load_cost_config(backend="tvm", target=TARGET))
     c: collections.Counter = collections.Counter()
-    for k in Partitioner().kernels(graph):
+    try:
+        ks = backend.grouping(Partitioner(), None).kernels(graph)
+    finally:
+        backend.close()
+    for k in ks:
         _, _, nodes = rebuild(k.sig)
         c[tuple(sorted(_shape(nodes[i].types[j]) for i, j in k.sig.outputs))] += 1
     return c
@@ -75,14 +84,7 @@ def build_kernels(graph: TensorGraph) -> collections.Counter:
     return c
 
 
-FUSED_OPS_OPAQUE = ("the model costs each fused registry operator (attention, skip_layernorm, erf_gelu) as one opaque "
-                    "kernel built alone; the build lowers it to its decomposition, which FuseOps groups with its "
-                    "neighbours (7 kernels against 14 here): the grouping should run on the decomposition")
-
-
-@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True,
-                                                                                      reason=FUSED_OPS_OPAQUE))],
-                         ids=["imported", "searched"])
+@pytest.mark.parametrize("fused", [False, True], ids=["imported", "searched"])
 def test_model_kernels_are_the_builds_kernels(fused):
     g = _encoder_graph(fused)
     if fused:

@@ -25,8 +25,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tvm_ffi
 
+from ..cache import CostCache
 from ..config import DEFAULT_CUDA_ARCH, CostConfig, parse_rpc
+from ..decomposed import DecomposedGrouping
 from ..device import cpu_identity, cuda_identity
+from ..fusion import Partitioner
 from ..kernel import KernelSig
 from ...errors import CostError
 from ...progress import Progress
@@ -107,6 +110,11 @@ class TvmBackend(Backend):
         if self.kind == "llvm":
             build += f";schedule={SCHEDULE_VERSION}"  # kernels built with other schedules are other kernels
         return (self.name, target, device, build)
+
+    def grouping(self, partitioner: Partitioner, cache: Optional[CostCache]) -> DecomposedGrouping:
+        """FuseOps on the graph with its fused operators lowered as the build lowers them (`cost.decomposed`):
+        inline decompositions, attention kept whole on CUDA (`R.nn.attention`, as `TasoPass` lowers it there)."""
+        return DecomposedGrouping(partitioner, "relax_attention" if self.kind == "cuda" else "decompose")
 
     # ------------------------------------------------------------------ building
     def _lib_path(self) -> str:

@@ -36,6 +36,7 @@ ATTRS_KEY = "taso.attrs"  # its attributes, as JSON
 LOWERINGS = ("decompose", "relax_attention", "composite")
 
 _LOWERING: contextvars.ContextVar[str] = contextvars.ContextVar("taso_fused_lowering", default="decompose")
+_PROGRAMS: dict[str, tuple[Program, bool]] = {}  # fused operator -> (decomposition, has its own relax_attention lowering)
 
 
 def fused_lowering() -> str:
@@ -183,6 +184,16 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def decomposition(name: str, mode: Optional[str] = None) -> Optional[Program]:
+    """The decomposition that lowering operator `name` in `mode` (default: the current one) inlines, or None when
+    the lowering keeps it whole (not a fused operator, ``composite``, or ``relax_attention`` with its own operator)."""
+    entry = _PROGRAMS.get(name)
+    mode = mode or fused_lowering()
+    if entry is None or mode == "composite" or (mode == "relax_attention" and entry[1]):
+        return None
+    return entry[0]
+
+
 def composite_attrs(func: Any) -> Optional[tuple[str, dict]]:
     """(fused operator name, attributes) of a Relax function made by a composite lowering, else None."""
     fattrs = getattr(func, "attrs", None)
@@ -232,8 +243,10 @@ def register_decomposed(name: str, inputs: int, program: Program, attrs: dict, d
         outs = program(RelaxEvaluator(bb), list(zip(args, in_types)), a)
         return outs[0][0] if len(outs) == 1 else [e for e, _ in outs]
 
-    return register(OpDef(name, inputs, infer, numpy_fn, attrs=attrs, lower=lower, z3=z3_fn, doc=doc))
+    op = register(OpDef(name, inputs, infer, numpy_fn, attrs=attrs, lower=lower, z3=z3_fn, doc=doc))
+    _PROGRAMS[name] = (program, relax_lower is not None)
+    return op
 
 
-__all__ = ["Evaluator", "register_decomposed", "fused_lowering", "lowering", "composite_attrs", "LOWERINGS",
+__all__ = ["Evaluator", "register_decomposed", "decomposition", "fused_lowering", "lowering", "composite_attrs", "LOWERINGS",
            "COMPOSITE_PREFIX"]
