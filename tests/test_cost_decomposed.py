@@ -45,3 +45,19 @@ def test_the_lowering_mode_decides_what_is_expanded():
     assert decomposition("mha", "relax_attention") is None  # R.nn.attention: one kernel
     assert decomposition("skip_layernorm", "relax_attention") is not None
     assert decomposition("bias_gelu", "composite") is None and decomposition("matmul", "decompose") is None
+
+
+def test_kernels_name_the_nodes_of_their_own_graph():
+    """A graph of the same store that spells a decomposition out shares its shadow nodes with the fused graph: its
+    kernels still name its own nodes (the settle step measures their union whole)."""
+    g, mm, _ = _matmul_bias_gelu()
+    s = g.store
+    b = next(n for n in g.topo_order() if n.op == "weight" and n.types[0].shape == (32,)).outputs[0]
+    (a,) = s.add("add", [(mm, 0), b])
+    (y,) = s.add("gelu", [a])
+    spelled = TensorGraph(s, [y])
+    grouping = DecomposedGrouping(Partitioner())
+    for graph in (g, spelled):
+        ks = grouping.kernels(graph)
+        assert len(ks) == 1 and set(ks[0].nodes) <= graph.node_ids and ks[0].root in graph.node_ids
+    assert grouping.kernels(g)[0].sig is grouping.kernels(spelled)[0].sig

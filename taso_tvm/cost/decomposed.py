@@ -8,7 +8,8 @@ the `Partitioner` groups the result. The expansion is memoized per node of the o
 so a node id is a structure), and so are whole partitions; a graph without fused operators is partitioned as is.
 
 A kernel's `nodes` are the original graph's node ids it covers (a fused node whose decomposition spans several
-kernels is in each of them), its `root` the original node of its root.
+kernels is in each of them), its `root` the original node of its root; the shadow store is shared by every graph of
+the original store, so which original node a shadow node stands for is decided per graph.
 """
 from __future__ import annotations
 
@@ -55,12 +56,12 @@ class GraphEvaluator(Evaluator):
 class _Shadow:
     """The expanded copy of one graph store: original node id -> its tensors there, and back."""
 
-    __slots__ = ("store", "refs", "origin", "fused", "graphs")
+    __slots__ = ("store", "refs", "made", "fused", "graphs")
 
     def __init__(self) -> None:
         self.store = NodeStore()
         self.refs: dict[int, tuple] = {}  # original node id -> its output tensors in `store`
-        self.origin: dict[int, int] = {}  # shadow node id -> the original node it came from (first one)
+        self.made: dict[int, tuple] = {}  # original node id -> the shadow nodes that compute it (interned: shared)
         self.fused: dict[int, bool] = {}  # original node id -> whether it is expanded
         self.graphs: OrderedDict = OrderedDict()  # (node ids, outputs) -> kernels
 
@@ -106,10 +107,14 @@ class DecomposedGrouping:
                 self._copy(graph, sh, node, mode)
         outs = [sh.refs[i][j] for i, j in graph.outputs]
         expanded = TensorGraph(sh.store, outs)
+        origin: dict[int, int] = {}  # shadow node id -> the first node of this graph it computes
+        for node in graph.topo_order():
+            for i in sh.made[node.id]:
+                origin.setdefault(i, node.id)
         result = []
         for k in self.partitioner.kernels(expanded):
-            nodes = tuple(dict.fromkeys(sh.origin[i] for i in k.nodes))
-            result.append(Kernel(k.sig, nodes, sh.origin[k.root]))
+            nodes = tuple(dict.fromkeys(origin[i] for i in k.nodes))
+            result.append(Kernel(k.sig, nodes, origin[k.root]))
         res = tuple(result)
         sh.graphs[gkey] = res
         if len(sh.graphs) > self.graph_memo_size:
@@ -126,7 +131,6 @@ class DecomposedGrouping:
         """Add `node` (its inputs already copied) to the shadow store, expanded if it is a fused operator."""
         store = sh.store
         ins = tuple(sh.refs[i][j] for i, j in node.inputs)
-        first = len(store.nodes)
         outs: Optional[tuple] = None
         if node.op == "input":
             outs = (store.input(node.attrs["name"], node.types[0]),)
@@ -148,11 +152,19 @@ class DecomposedGrouping:
                     log.debug("%s: decomposition failed (%s); kept whole", node.op, err)
             if outs is None:
                 outs = tuple(store.make(node.op, ins, node.attrs).outputs)
-        for nid in range(first, len(store.nodes)):
-            sh.origin.setdefault(nid, node.id)
-        for i, _ in outs:  # an interned node made earlier for another original node keeps that origin
-            sh.origin.setdefault(i, node.id)
         sh.refs[node.id] = outs
+        stop = {i for i, _ in ins}  # the nodes between its inputs and its outputs (made now or interned earlier)
+        made: list[int] = []
+        stack = [i for i, _ in outs]
+        seen = set(stack)
+        while stack:
+            nid = stack.pop()
+            made.append(nid)
+            for i, _ in store.nodes[nid].inputs:
+                if i not in seen and i not in stop:
+                    seen.add(i)
+                    stack.append(i)
+        sh.made[node.id] = tuple(made)
 
 
 __all__ = ["DecomposedGrouping", "GraphEvaluator"]
