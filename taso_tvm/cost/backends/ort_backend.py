@@ -172,6 +172,11 @@ class OrtBackend(Backend):
                                                   "ok", "")])
         return self._dispatch_us / 1e3
 
+    @dispatch_ms.setter
+    def dispatch_ms(self, ms: float) -> None:
+        """Set the dispatch per node (e.g. one measured on the deployment machine)."""
+        self._dispatch_us = ms * 1e3
+
     def measure(self, sigs: Sequence[KernelSig]) -> dict[KernelSig, Measurement]:
         out: dict[KernelSig, Measurement] = {}
         sigs = list(sigs)
