@@ -134,7 +134,9 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
         log.warning("search interrupted: returning the best graph found so far")
     if settle is not None and stats.stopped_by != "interrupt":
         best, best_cost, best_path = _settle(settle, graph, start_cost, best, best_cost, best_path, leaders)
-    if not _better(best_cost, best, start_cost, graph, band):  # the normal form led nowhere cheaper
+    # the normal form led nowhere cheaper (within the band too: a rewrite the model says costs more is not kept for
+    # having fewer operators)
+    if not _better(best_cost, best, start_cost, graph):
         best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
     stats.ops_after = best.num_runtime_ops
