@@ -121,18 +121,24 @@ class CostModel:
     def whole_cost(self, graph: TensorGraph) -> float:
         """The graph measured as one unit (ms): what the runtime does with all of it at once, its own fusions
         across every kernel boundary included; cached by structure like any kernel."""
+        sig = self._whole_sig(graph)
+        return self.graph_cost(graph) if sig is None else self.kernel_cost(sig)
+
+    def _whole_sig(self, graph: TensorGraph) -> Optional[KernelSig]:
         ks = self.kernels(graph)
         if len(ks) <= 1:
-            return self.graph_cost(graph)
+            return None
         ids = sorted((i for k in ks for i in k.nodes), key={n.id: r for r, n in enumerate(graph.topo_order())}.get)
-        sig, _ = self.partitioner.signature(graph, ids, {})
-        return self.kernel_cost(sig)
+        return self.partitioner.signature(graph, ids, {})[0]
 
     def settle(self, graphs: Sequence[TensorGraph], band: float) -> int:
-        """Which of graphs whose summed costs are within the noise of each other to take: each is measured whole,
-        and the first (the caller's preference) stays unless another is cheaper by more than `band` (relative), so
-        that measurements a little apart, as a cold and a warm cache may hold, choose alike."""
-        whole = [self.whole_cost(g) for g in graphs]
+        """Which of graphs whose summed costs are within the noise of each other to take: each is measured whole
+        (those not measured before in one batch, so a measuring backend interleaves their runs and a busy moment
+        slows them alike), and the first (the caller's preference) stays unless another is cheaper by more than
+        `band` (relative), so that measurements a little apart, as a cold and a warm cache may hold, choose alike."""
+        sigs = [self._whole_sig(g) for g in graphs]
+        known = self.costs(s for s in sigs if s is not None)
+        whole = [self.graph_cost(g) if s is None else known[s] for g, s in zip(graphs, sigs)]
         best = min(range(len(graphs)), key=lambda i: (whole[i], i))
         choice = best if whole[best] < whole[0] * (1 - band) else 0
         log.info("settled %d candidates within the noise, measured whole: %s -> #%d", len(graphs),

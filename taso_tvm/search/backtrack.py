@@ -77,8 +77,11 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     kernels in one parallel batch). Deterministic: ties are broken by discovery order. `settle(graphs, band)`, if
     given, picks among the cheapest graphs (the given graph first, then by cost) when their costs are within
     NOISE_BAND of each other (a cost model measures them whole), so noise in the summed costs does not decide.
+    With `settle` (measured costs), the route is noise-tolerant too: costs within NOISE_BAND of each other are
+    ordered by a key that does not depend on the measurements (`_better`, `_priority`).
     """
     cfg = config or SearchConfig()
+    band = NOISE_BAND if settle is not None else 0.0
     alpha, budget = cfg.alpha, cfg.budget
     t0 = time.monotonic()
     start_cost = cost(graph)
@@ -90,7 +93,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     root_cost = start_cost if root is graph else cost(root)
     best, best_cost, best_path = root, root_cost, root_path
     counter = itertools.count()
-    heap = [(root_cost, next(counter), root, root_path)]
+    heap = [(_priority(root_cost, root, band), next(counter), root_cost, root, root_path)]
     seen = {graph, root}
     stats = SearchStats(start_cost, start_cost, ops0, ops0)
     leaders: list = [(root_cost, -1, root, root_path)]  # the cheapest graphs met, for `settle`
@@ -102,7 +105,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
             if deadline is not None and time.monotonic() > deadline:
                 stats.stopped_by = StopReason.TIME
                 break
-            c, _, g, path = heapq.heappop(heap)
+            _, _, c, g, path = heapq.heappop(heap)
             stats.expanded += 1
             fresh = []
             for rule, match in rules.matches(g):
@@ -118,20 +121,22 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
                 stats.candidates += 1
                 nc = cost(new)
                 _lead(leaders, (nc, stats.candidates, new, path + (rule.name,)))
-                if _better(nc, new, best_cost, best):
+                if _better(nc, new, best_cost, best, band):
                     best, best_cost, best_path = new, nc, path + (rule.name,)
                     log.info("cost %.4g -> %.4g (%s)", c, nc, rule.name)
                 if nc < alpha * best_cost:
-                    heapq.heappush(heap, (nc, next(counter), new, path + (rule.name,)))
+                    heapq.heappush(heap, (_priority(nc, new, band), next(counter), nc, new, path + (rule.name,)))
         if cfg.descent_steps and budget > 0 and stats.stopped_by == StopReason.BUDGET:
             best, best_cost, best_path = _descend(best, best_cost, best_path, rules, cost, cfg, max_ops, seen,
-                                                  deadline, stats, prefetch)
+                                                  deadline, stats, prefetch, band)
     except KeyboardInterrupt:
         stats.stopped_by = StopReason.INTERRUPT
         log.warning("search interrupted: returning the best graph found so far")
     if settle is not None and stats.stopped_by != "interrupt":
         best, best_cost, best_path = _settle(settle, graph, start_cost, best, best_cost, best_path, leaders)
-    if not _better(best_cost, best, start_cost, graph):  # the normal form led nowhere cheaper
+    # the normal form led nowhere cheaper (within the band too: a rewrite the model says costs more is not kept for
+    # having fewer operators)
+    if not _better(best_cost, best, start_cost, graph):
         best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
     stats.ops_after = best.num_runtime_ops
@@ -185,15 +190,36 @@ def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[Te
     return graph, path
 
 
-def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph) -> bool:
+def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph, band: float = 0.0) -> bool:
     """Cheaper wins; at an equal cost, fewer operators do (e.g. a ReLU fused into its conv, which FuseOps would
-    fuse anyway, so a fusion-aware cost model sees no difference)."""
-    return nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops)
+    fuse anyway, so a fusion-aware cost model sees no difference). With a noise `band` (relative), cheaper means
+    cheaper beyond it; within it the graph with fewer operators, then the smaller operator census wins, whatever
+    the measurements say, so that two runs measuring a little apart take the same step."""
+    if band <= 0.0:
+        return nc < best_cost or (nc <= best_cost * (1 + 1e-12) and new.num_runtime_ops < best.num_runtime_ops)
+    if nc < best_cost * (1 - band):
+        return True
+    if nc > best_cost * (1 + band):
+        return False
+    return _census(new) < _census(best)
+
+
+def _census(g: TensorGraph) -> tuple:
+    """A key of a graph that no measurement moves: its runtime operator count, then its operators by name."""
+    return g.num_runtime_ops, tuple(sorted(n.op for n in g.topo_order()))
+
+
+def _priority(c: float, g: TensorGraph, band: float) -> tuple:
+    """The search queue's order: by cost, costs in one NOISE_BAND-wide step of a log scale taken as equal, then
+    fewer operators (without a band: by cost)."""
+    if band <= 0.0 or not (c > 0 and math.isfinite(c)):
+        return (c, 0)
+    return (math.floor(math.log(c) / math.log1p(band)), g.num_runtime_ops)
 
 
 def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleSource, cost: CostFn,
              cfg: SearchConfig, max_ops: int, seen: set, deadline: Optional[float], stats: SearchStats,
-             prefetch: Optional[Callable[[list], None]]) -> tuple:
+             prefetch: Optional[Callable[[list], None]], band: float = 0.0) -> tuple:
     """After the budget: from the best graph, take the best improving rewrite while there is one (at most
     `descent_steps`). A chain of rewrites that each pay (normalize an attention block, fuse it, fold its scale)
     is reached even when the budget went to exploring alternatives elsewhere in the region."""
@@ -215,7 +241,7 @@ def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleS
                 seen.add(new)
                 stats.candidates += 1
             nc = cost(new)
-            if _better(nc, new, best_cost if step is None else step[0], best if step is None else step[1]):
+            if _better(nc, new, best_cost if step is None else step[0], best if step is None else step[1], band):
                 step = (nc, new, rule)
         if step is None:
             break

@@ -1,9 +1,16 @@
 """Measure kernels in ONNX Runtime: each kernel a small ONNX model as the exporter writes it (weights as
 initializers) run with the deployment's thread count, timed by ONNX Runtime's own profiler.
 
-A kernel's cost is a low quantile (LOAD_QUANTILE) over runs of the summed kernel time of its ONNX Runtime nodes. That leaves out what a
-kernel does not pay inside a whole-model session: the `run` call itself, and the NCHWc layout reorders ONNX Runtime
-wraps around a lone convolution (in a model, consecutive convolutions stay in NCHWc). Without the profiler (or if
+A kernel's cost is what it adds to a whole-model session: the summed kernel time of its ONNX Runtime nodes plus,
+per node, the session's dispatch outside kernels (`ort_profile.dispatch_us`, measured once per machine and kept in
+the cost cache). Left out is what a kernel does not pay inside a model: the `run` call itself, and the NCHWc
+layout reorders ONNX Runtime wraps around a lone convolution.
+
+The runs of a batch's kernels are interleaved: each kernel runs in BURSTS short bursts, round-robin with the other
+kernels of its group, and its cost is the lowest burst's LOAD_QUANTILE. On a machine shared with other work, the
+intra-op threads have all the cores some moments and not others (a parallel kernel then takes up to twice as
+long, for the whole of one burst); kernels measured back to back, each in one burst, were each timed at a
+different moment, and a rewrite was "cheaper" because its kernels met a quiet moment. Without the profiler (or if
 it reports nothing) the wall time of `run` minus that of an empty model is used."""
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import math
 import os
 import tempfile
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -30,16 +37,20 @@ from ..ort_fusion import OrtGrouping
 from ..onnx_kernel import UnsupportedOp, kernel_onnx, random_feeds
 from .analytic import AnalyticBackend
 from .base import Backend, Measurement
+from .ort_profile import dispatch_us, profiled_runs
 from .tvm_build import failure_reason
 
 log = logging.getLogger(__name__)
 
-MIN_KERNEL_MS = 1e-3  # a node's dispatch inside a session: the floor of a kernel's cost
-LAYOUT_NODES = ("ReorderInput", "ReorderOutput")  # NCHWc conversions ORT adds around a lone conv
-KERNEL_FORM = "export_relax+fused+q20+ortgroups"  # how a kernel is written and timed; in the cache scope, so a new form re-measures
-# the statistic of a kernel's runs: a low quantile, because load from other processes only ever adds time (the median
+MIN_KERNEL_MS = 1e-3  # the floor of a kernel's cost
+# how a kernel is written and timed; in the cache scope, so a new form re-measures
+KERNEL_FORM = "export_relax+fused+q20+ortgroups+nospin+bursts4+dispatch"
+# the statistic of a burst's runs: a low quantile, because load from other processes only ever adds time (the median
 # let one busy moment decide whether a fused kernel or its parts were cheaper)
 LOAD_QUANTILE = 20
+BURSTS = 4  # a kernel's runs come in this many bursts, interleaved with the other kernels of its group
+INTERLEAVE = 24  # kernels measured together (sessions open at once)
+DISPATCH_KEY = "ort-session-dispatch-us-per-node"  # the cost cache's row for `ort_profile.dispatch_us`
 
 
 class OrtBackend(Backend):
@@ -66,6 +77,10 @@ class OrtBackend(Backend):
             self.providers = ["CPUExecutionProvider"]
         self._analytic = AnalyticBackend(config)
         self._overhead_ms: float = -1.0
+        self._dispatch_us: Optional[float] = None
+        self._cache: Optional[CostCache] = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="taso_ort_prof_")
+        self._profiles = 0
 
     def scope(self) -> tuple[str, str, str, str]:
         device = cpu_identity(self.config.num_threads) if self.kind == "llvm" else \
@@ -76,6 +91,7 @@ class OrtBackend(Backend):
     def grouping(self, partitioner: Partitioner, cache: Optional[CostCache]) -> OrtGrouping:
         """The units ONNX Runtime's session makes of a graph (`cost.ort_fusion`), learned with this backend's
         session options."""
+        self._cache = cache  # (where the per-node dispatch is kept)
         opts = self.session_options()
         # the fusions only: at ORT_ENABLE_ALL the NCHWc layout pass renames every tensor of a chain of convolutions,
         # which reads as one fused node covering the whole chain (its fusions are those of ORT_ENABLE_EXTENDED)
@@ -90,6 +106,8 @@ class OrtBackend(Backend):
         opts.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # as the never-slower guard times whole models (`runtime.timing`): threads that do not spin after a run
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return opts
 
     def session(self, model: onnx.ModelProto, profile_prefix: str = "") -> Any:
@@ -120,39 +138,10 @@ class OrtBackend(Backend):
             samples.append(clock() - t0)
         return float(np.percentile(samples, LOAD_QUANTILE)) * 1e3
 
-    def time_profiled(self, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> float:
-        """The LOAD_QUANTILE-th percentile over runs of the summed node kernel times (ms), layout reorders left out;
-        -1 if no events."""
-        with tempfile.TemporaryDirectory(prefix="taso_ort_prof_") as tmp:
-            sess = self.session(model, os.path.join(tmp, "prof"))
-            names = [o.name for o in sess.get_outputs()]
-            t0 = time.perf_counter()
-            sess.run(names, feeds)
-            sess.run(names, feeds)
-            est = max((time.perf_counter() - t0) / 2, 1e-7)
-            n = max(3, self.config.repeat) * (self.config.number or
-                                              max(1, min(2000, int(math.ceil(self.config.min_repeat_ms / 1e3 / est)))))
-            for _ in range(n):
-                sess.run(names, feeds)
-            with open(sess.end_profiling()) as f:
-                events = json.load(f)
-        runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                      if e.get("cat") == "Session" and e.get("name") == "model_run")[2:]  # skip the warm-up runs
-        nodes = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Node"
-                       and str(e.get("name", "")).endswith("_kernel_time")
-                       and not str(e.get("name", "")).startswith(LAYOUT_NODES))
-        if not runs:
-            return -1.0
-        sums, k = [], 0
-        for start, end in runs:
-            total = 0
-            while k < len(nodes) and nodes[k][0] < start:
-                k += 1
-            while k < len(nodes) and nodes[k][0] <= end:
-                total += nodes[k][1]
-                k += 1
-            sums.append(total)
-        return float(np.percentile(sums, LOAD_QUANTILE)) / 1e3
+    def profiled_session(self, model: onnx.ModelProto) -> Any:
+        """A session of `model` with the profiler on (its profile goes to this backend's temporary folder)."""
+        self._profiles += 1
+        return self.session(model, os.path.join(self._tmp.name, f"prof{self._profiles}"))
 
     @property
     def overhead_ms(self) -> float:
@@ -166,15 +155,47 @@ class OrtBackend(Backend):
             self._overhead_ms = self.time_session(self.session(m), {"x": np.zeros(1, np.float32)})
         return self._overhead_ms
 
+    @property
+    def dispatch_ms(self) -> float:
+        """The session's time per node outside the kernels (ms): measured once per machine, kept in the cost cache
+        (so a cold and a warm run add the same)."""
+        if self._dispatch_us is None:
+            scope = self.scope()
+            hit = self._cache.get_many(scope, [DISPATCH_KEY]) if self._cache is not None else {}
+            if DISPATCH_KEY in hit:
+                self._dispatch_us = float(hit[DISPATCH_KEY])
+            else:
+                self._dispatch_us = dispatch_us(self.profiled_session)
+                log.info("ONNX Runtime's dispatch per node: %.1f us", self._dispatch_us)
+                if self._cache is not None:
+                    self._cache.put_many(scope, [(DISPATCH_KEY, "session dispatch per node (us)", self._dispatch_us,
+                                                  "ok", "")])
+        return self._dispatch_us / 1e3
+
+    @dispatch_ms.setter
+    def dispatch_ms(self, ms: float) -> None:
+        """Set the dispatch per node (e.g. one measured on the deployment machine)."""
+        self._dispatch_us = ms * 1e3
+
     def measure(self, sigs: Sequence[KernelSig]) -> dict[KernelSig, Measurement]:
         out: dict[KernelSig, Measurement] = {}
+        sigs = list(sigs)
         with Progress(len(sigs), "measuring kernels (ort)", self.config.progress) as p:
-            for s in sigs:
-                out[s] = self._measure_one(s)
-                p.update(note=s.label())
+            for i in range(0, len(sigs), INTERLEAVE):
+                group = sigs[i:i + INTERLEAVE]
+                ready = {}
+                for s in group:
+                    got = self._prepare(s)
+                    if isinstance(got, Measurement):
+                        out[s] = got
+                    else:
+                        ready[s] = got
+                out.update(self._time_group(ready))
+                p.update(len(group), note=group[-1].label())
         return out
 
-    def _measure_one(self, sig: KernelSig) -> Measurement:
+    def _prepare(self, sig: KernelSig) -> Union[Measurement, tuple[Any, dict]]:
+        """The kernel's profiled session and feeds, or its Measurement where it has none."""
         if any(op == "opaque" for op in sig.ops):
             return Measurement(self._analytic.cost(sig), "analytic", "opaque node: analytic cost")
         try:
@@ -187,20 +208,59 @@ class OrtBackend(Backend):
             log.warning("kernel failed to lower to Relax, it costs inf: %s | %s", sig.label(), failure_reason(e))
             return Measurement(math.inf, "build_failed", failure_reason(e))
         try:
-            sess = self.session(model)
+            sess = self.profiled_session(model)
             self.counters.builds += 1
         except Exception as e:  # noqa: BLE001
             self.counters.build_failures += 1
             log.warning("kernel failed to load in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
             return Measurement(math.inf, "build_failed", failure_reason(e))
-        try:
-            feeds = random_feeds(sig)
-            ms = self.time_profiled(model, feeds)
-            if ms < 0:  # no profiler events: wall time minus an empty run
+        return sess, random_feeds(sig)
+
+    def _time_group(self, ready: dict[KernelSig, tuple[Any, dict]]) -> dict[KernelSig, Measurement]:
+        """Run the kernels' sessions in BURSTS rounds, one burst of each kernel per round (see the module
+        docstring); each kernel's cost from its profile."""
+        out: dict[KernelSig, Measurement] = {}
+        plan: dict[KernelSig, tuple[Any, dict, list, int]] = {}
+        for s, (sess, feeds) in ready.items():
+            names = [o.name for o in sess.get_outputs()]
+            try:
+                t0 = time.perf_counter()
+                sess.run(names, feeds)
+                sess.run(names, feeds)
+                est = max((time.perf_counter() - t0) / 2, 1e-7)
+            except Exception as e:  # noqa: BLE001
+                out[s] = self._run_failed(s, e)
+                continue
+            total_ms = max(3, self.config.repeat) * self.config.min_repeat_ms
+            n = self.config.number or max(1, min(2000, int(math.ceil(total_ms / 1e3 / BURSTS / est))))
+            plan[s] = (sess, feeds, names, n)
+        for _ in range(BURSTS):
+            for s, (sess, feeds, names, n) in list(plan.items()):
+                try:
+                    for _ in range(n):
+                        sess.run(names, feeds)
+                except Exception as e:  # noqa: BLE001
+                    out[s] = self._run_failed(s, e)
+                    del plan[s]
+        for s, (sess, feeds, names, n) in plan.items():
+            path = sess.end_profiling()
+            runs = profiled_runs(path, skip=2)  # (the two runs that estimated the burst)
+            os.remove(path)
+            if len(runs) == BURSTS * n and any(r.nodes for r in runs):
+                best = min(float(np.percentile([r.kernel_us for r in runs[b * n:(b + 1) * n]], LOAD_QUANTILE))
+                           for b in range(BURSTS))
+                nodes = int(np.median([r.nodes for r in runs]))
+                ms = best / 1e3 + nodes * self.dispatch_ms
+            else:  # no profiler events: wall time minus an empty run
                 ms = self.time_session(sess, feeds) - self.overhead_ms
             self.counters.measurements += 1
-        except Exception as e:  # noqa: BLE001
-            self.counters.run_failures += 1
-            log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
-            return Measurement(math.inf, "run_failed", failure_reason(e))
-        return Measurement(max(ms, MIN_KERNEL_MS))
+            out[s] = Measurement(max(ms, MIN_KERNEL_MS))
+        return out
+
+    def _run_failed(self, sig: KernelSig, e: Exception) -> Measurement:
+        self.counters.run_failures += 1
+        log.warning("kernel failed to run in onnxruntime, it costs inf: %s | %s", sig.label(), failure_reason(e))
+        return Measurement(math.inf, "run_failed", failure_reason(e))
+
+    def close(self) -> None:
+        self._tmp.cleanup()
