@@ -24,6 +24,7 @@ from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
 from .expand_fused import expand_fused
+from .embed_positions import fuse_embed_positions
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             if replacements:
                 with phase("splicing"):
                     result = restore_shape_reads(splice(model, replacements), moved)
+    result = result if standard_ops else fuse_embed_positions(result)[0]  # positions sliced to the run-time length
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         consts = binding_independent_constants(prep)
