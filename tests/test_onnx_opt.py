@@ -231,3 +231,20 @@ def test_second_binding_falls_back_and_gives_up_cleanly():
     fixed = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     out, report = optimize_onnx(fixed, ANALYTIC, shapes={"x": [5]}, time_check=False)
     assert out is fixed and "second value" in report.decision
+
+
+def test_the_report_says_where_the_time_went():
+    """`OnnxReport.phases` accounts for the run phase by phase (in order), and the CLI's summary names the long
+    ones on its `time` line."""
+    from taso_tvm.cli.model import _time_line
+    from taso_tvm.onnx_opt.driver import PHASES
+
+    m = _symbolic(_shape_chain_model())
+    out, report = optimize_onnx(m, ANALYTIC, time_check=True, time_cap=1.0)
+    assert report.phases and set(report.phases) <= set(PHASES)
+    assert list(report.phases) == [p for p in PHASES if p in report.phases]  # in the order they ran
+    assert {"prepare", "search", "guard"} <= set(report.phases)
+    assert sum(report.phases.values()) <= report.seconds + 1e-6
+    line = _time_line({"prepare": 6.14, "partition": 0.2, "search": 21.3, "checks": 0.5, "guard": 20.4,
+                       "writing": 0.6}, 14.0)
+    assert line == "prepare 6.1 s, search 21.3 s (kernels measured 14.0 s), guard 20.4 s, other 1.3 s"

@@ -56,8 +56,10 @@ def bind_weights(mod: tvm.IRModule, sig: KernelSig, weights: Optional[dict[int, 
 
 def _random(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
-    if np.issubdtype(dt, np.floating):
-        return (rng.standard_normal(tuple(shape)) * 0.1).astype(dt)
+    if np.issubdtype(dt, np.floating):  # drawn in float32 (a region's weights are millions of values)
+        arr = rng.standard_normal(tuple(shape), dtype=np.float32)
+        arr *= 0.1
+        return arr.astype(dt, copy=False)
     return np.zeros(tuple(shape), dt)
 
 

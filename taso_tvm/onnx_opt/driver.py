@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 
 # the way out when random inputs do not fit the model (token ids past a table, a sample rate, ...)
 INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input name)"
+# the phases a report accounts for (`OnnxReport.phases`), in the order they run
+# the guard stops timing a candidate whose ratio to the original is known within this margin of 1 (not different
+# for good: no more rounds would make it faster beyond the margin), as the search's noise band does
+GUARD_EQUIVALENCE = 0.03
+PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "guard")
 
 
 @dataclass
@@ -47,6 +52,8 @@ class OnnxReport:
     folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
     expanded: int = 0  # com.microsoft nodes searched as their decomposition (expand_fused)
     predicted_saving_ms: Optional[float] = None  # the cost model's saving on the regions of the model the guard timed
+    phases: dict = field(default_factory=dict)  # where the time went: phase -> seconds (`PHASES`), in order
+    measure_seconds: float = 0.0  # of the search's time: kernels measured (not in the cost cache)
 
     @property
     def gain(self) -> Optional[dict]:
@@ -98,21 +105,23 @@ class OnnxReport:
 class Capture:
     """The user's model run at one binding, with every region boundary tensor read out."""
 
-    def __init__(self, model: onnx.ModelProto, names: Sequence[str], types: Mapping[str, onnx.TypeProto],
-                 feeds: dict[str, np.ndarray]):
-        from ..runtime.check import run_onnx
+    def __init__(self, feeds: dict[str, np.ndarray], values: dict[str, np.ndarray]):
+        self.feeds, self.values = feeds, values
 
-        m = copy.deepcopy(model)
-        have = {o.name for o in m.graph.output}
-        for x in names:
-            if x not in have and x in types:
-                vi = onnx.ValueInfoProto()
-                vi.name = x
-                vi.type.tensor_type.elem_type = types[x].tensor_type.elem_type
-                m.graph.output.append(vi)
-                have.add(x)
-        self.feeds = feeds
-        self.values = run_onnx(m, feeds)
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str],
+                  types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A copy of the model that also outputs the tensors `names` (those `types` knows)."""
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    for x in names:
+        if x not in have and x in types:
+            vi = onnx.ValueInfoProto()
+            vi.name = x
+            vi.type.tensor_type.elem_type = types[x].tensor_type.elem_type
+            m.graph.output.append(vi)
+            have.add(x)
+    return m
 
 
 def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarray]:
@@ -221,7 +230,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
               fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
               rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
               standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
-    from ..runtime.check import CheckFailed, check_onnx
+    from ..runtime.check import CheckFailed, check_onnx, reference_outputs
 
     t0 = time.monotonic()
     report = OnnxReport(nodes=len(model.graph.node))
@@ -232,30 +241,30 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
         del model.graph.value_info[:]
     users_model = model
     model, report.expanded = expand_fused(model)  # ONNX Runtime's fused nodes searchable as their decomposition
-    with phase("shape reads"):
+    with phase("shape reads", into=report.phases, label="prepare"):
         model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    with phase("second binding"):
+    with phase("second binding", into=report.phases, label="prepare"):
         second = _pick_second(model, first, inputs, seed) if first.dims else None
     if first.dims and second is None:
         report.decision = ("original: the model does not run at any second value of its symbolic dims "
                            f"({', '.join(first.dims)}), so no rewrite could be checked for them")
         report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
         return users_model, report
-    with phase("preparing"):
+    with phase("preparing", into=report.phases, label="prepare"):
         prep = prepare(model, shapes, fold=fold, second=second)
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    with phase("partitioning"):
+    with phase("partitioning", into=report.phases, label="partition"):
         part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    with phase("region models"):
+    with phase("region models", into=report.phases, label="partition"):
         rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
         sym_types = _sym_types(model)
     result = model
     if rms:
-        with phase("captures"):
+        with phase("captures", into=report.phases, label="captures"):
             captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = ("original: the model does not run on random inputs, so no rewrite could be checked; "
@@ -264,33 +273,38 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
                                    keep_out=weights.has_references(model))
             try:
-                with phase("region search"):
+                with phase("region search", into=report.phases, label="search"):
                     replacements = search.run(rms, captures)
                     retry = [r for r in report.regions if r.accepted is None and r.rules_applied
                              and set(r.region.nodes) & part.speculative]
                     if retry:  # again without the reshapes the search was to remove, where it did not
                         replacements += _retry(model, prep, part, retry, search, inputs, seed)
             finally:
+                report.measure_seconds = getattr(search.cost, "measure_seconds", 0.0)
                 search.close()
             if replacements:
-                with phase("splicing"):
+                with phase("splicing", into=report.phases, label="splice"):
                     result = restore_shape_reads(splice(model, replacements), moved)
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
-        consts = binding_independent_constants(prep)
-        if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
-            folded_only, n = fold_into(users_model, consts)
-            folded_only = folded_only if n else None
-        folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
+        with phase("folding", into=report.phases):
+            consts = binding_independent_constants(prep)
+            if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
+                folded_only, n = fold_into(users_model, consts)
+                folded_only = folded_only if n else None
+            folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
         if report.folded_nodes:
             result = folded
     check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
+    wants = None  # the user's model's outputs on check_feeds: computed once, compared with every candidate
     if result is not model and check:
         try:
-            with phase("checking"):
-                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol)
+            with phase("checking", into=report.phases, label="checks"):
+                wants = reference_outputs(users_model, check_feeds, threads)
+                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
                 if folded_only is not None:
-                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol)
+                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol, threads=threads,
+                               wants=wants)
         except CheckFailed as e:
             if strict:
                 raise
@@ -300,7 +314,8 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     if time_check and not report.decision:
         # the equivalent models a user could otherwise run, timed with the result: the fastest is written
         others = [("folded", folded_only)] if folded_only is not None else []
-        sim = _onnxsim_output(users_model, check_feeds, rtol, atol)
+        with phase("candidates", into=report.phases):
+            sim = _onnxsim_output(users_model, check_feeds, rtol, atol, threads, wants)
         if sim is not None:
             others.append(("onnxsim", sim))
         if result is not model or others:
@@ -318,8 +333,8 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     return result, report
 
 
-def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
-                    atol: float) -> Optional[onnx.ModelProto]:
+def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
+                    wants: Optional[list] = None) -> Optional[onnx.ModelProto]:
     """onnxsim's own output for the user's model (what a user would otherwise run), if it differs from the model and
     equals it at every binding checked; None where onnxsim fails, changes nothing, or the model's weights are kept
     out of it (a big model: onnxsim would hold them all once more)."""
@@ -335,7 +350,7 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
             out, ok = onnxsim.simplify(copy.deepcopy(model))
         if not ok or out.graph.SerializeToString() == model.graph.SerializeToString():
             return None
-        check_onnx(model, out, feeds, rtol=rtol, atol=atol)
+        check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # onnxsim's own failures, a wrong result: it is just not a candidate
         if is_interrupt(e):
             raise
@@ -355,8 +370,9 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
         report.predicted_saving_ms = sum(r.cost_before - r.cost_after for r in report.accepted)
     models = [original] + ([result] if result is not None else []) + [m for _, m in others]
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
-    with phase("timing"):
-        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names)
+    with phase("timing", into=report.phases, label="guard"):
+        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names,
+                                                equivalence=GUARD_EQUIVALENCE)
     best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[best - 1]
     if vs.verdict != "faster":
@@ -401,15 +417,20 @@ def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optional[Mapping[str, np.ndarray]],
               seed: int) -> Optional[list[Capture]]:
-    from ..runtime.check import CheckFailed
+    """The model run at every binding with the regions' boundary tensors read out (one session: the model keeps
+    its symbolic dims); None where it does not run."""
+    from ..runtime.check import CheckError, CheckFailed, run_session, session
 
     names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
+    types = {k: v for f in prep.folded for k, v in f.types.items()}
+    sess = None
     out = []
     for f in prep.folded:
         feeds = feeds_at(model, f.binding, inputs, seed)
         try:
-            out.append(Capture(model, names, f.types, feeds))
-        except CheckFailed as e:
+            sess = sess or session(_with_outputs(model, names, types), role="the model")
+            out.append(Capture(feeds, run_session(sess, feeds, "the model")))
+        except (CheckFailed, CheckError) as e:
             log.warning("the original model does not run at %s (%s): no region can be checked; %s",
                         f.binding.label(), e, INPUTS_HINT)
             return None
