@@ -18,7 +18,7 @@ from ..onnx_io import weights
 from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
-from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
+from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare, second_bindings
 from .region import RegionResult, region_model, relax_boundary, search_region
 from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 # the way out when random inputs do not fit the model (token ids past a table, a sample rate, ...)
 INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input name)"
 # the phases a report accounts for (`OnnxReport.phases`), in the order they run
-# the guard stops timing a candidate whose ratio to the original is known within this margin of 1 (not different
-# for good: no more rounds would make it faster beyond the margin), as the search's noise band does
-GUARD_EQUIVALENCE = 0.03
+# the guard stops timing a candidate that its interval shows cannot be faster than the original by this much (a
+# gain inside the noise band the search also uses): more rounds could only find a gain not worth having
+GUARD_MIN_GAIN = 0.03
 PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "guard")
 
 
@@ -176,19 +176,27 @@ def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[
     return feeds
 
 
-def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
-                 seed: int) -> Optional[Binding]:
-    """The first candidate second binding at which the original model runs, or None."""
+def _runs_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]], seed: int,
+             threads: int = 1) -> bool:
+    """Whether the original model runs at the binding (on random inputs, or the user's)."""
     from ..runtime.check import CheckFailed, run_onnx
-    from .prepare import second_bindings
 
-    for cand in second_bindings(first, model):
-        try:
-            run_onnx(model, feeds_at(model, cand, inputs, seed))
-            return cand
-        except CheckFailed as e:
-            log.info("the model does not run at %s (%s)", cand.label(), e)
-    return None
+    try:
+        run_onnx(model, feeds_at(model, binding, inputs, seed), threads)
+        return True
+    except CheckFailed as e:
+        log.info("the model does not run at %s (%s)", binding.label(), e)
+        return False
+
+
+def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
+                 seed: int, threads: int = 1, after: Optional[Binding] = None) -> Optional[Binding]:
+    """The first candidate second binding (after `after`, one found not to run) at which the original model runs,
+    or None."""
+    cands = second_bindings(first, model)
+    if after is not None:
+        cands = cands[[c.dims for c in cands].index(after.dims) + 1:] if after in cands else cands
+    return next((c for c in cands if _runs_at(model, c, inputs, seed, threads)), None)
 
 
 def _label(cap: Capture) -> str:
@@ -244,28 +252,40 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     with phase("shape reads", into=report.phases, label="prepare"):
         model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    with phase("second binding", into=report.phases, label="prepare"):
-        second = _pick_second(model, first, inputs, seed) if first.dims else None
-    if first.dims and second is None:
-        report.decision = ("original: the model does not run at any second value of its symbolic dims "
-                           f"({', '.join(first.dims)}), so no rewrite could be checked for them")
-        report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
-        return users_model, report
-    with phase("preparing", into=report.phases, label="prepare"):
-        prep = prepare(model, shapes, fold=fold, second=second)
+    # the first candidate second binding is taken on trust: the captures run the model there anyway (a model with
+    # no region to capture is run there on its own); where it does not run, the next candidate that does is taken
+    second = second_bindings(first, model)[0] if first.dims else None
+    while True:
+        with phase("preparing", into=report.phases, label="prepare"):
+            prep = prepare(model, shapes, fold=fold, second=second)
+        with phase("partitioning", into=report.phases, label="partition"):
+            part = partition(prep, speculative=prep.symbolic)
+        with phase("region models", into=report.phases, label="partition"):
+            rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+        captures, runs = None, True
+        if rms:
+            with phase("captures", into=report.phases, label="captures"):
+                captures, failed = _captures(model, prep, rms, inputs, seed, threads)
+            runs = failed != 1  # at the second binding
+        elif second is not None:
+            with phase("second binding", into=report.phases, label="prepare"):
+                runs = _runs_at(model, second, inputs, seed, threads)
+        if runs:
+            break
+        with phase("second binding", into=report.phases, label="prepare"):
+            second = _pick_second(model, first, inputs, seed, threads, after=second)
+        if second is None:
+            report.decision = ("original: the model does not run at any second value of its symbolic dims "
+                               f"({', '.join(first.dims)}), so no rewrite could be checked for them")
+            report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
+            return users_model, report
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    with phase("partitioning", into=report.phases, label="partition"):
-        part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    with phase("region models", into=report.phases, label="partition"):
-        rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
-        sym_types = _sym_types(model)
+    sym_types = _sym_types(model)
     result = model
     if rms:
-        with phase("captures", into=report.phases, label="captures"):
-            captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = ("original: the model does not run on random inputs, so no rewrite could be checked; "
                                f"{INPUTS_HINT}")
@@ -372,7 +392,7 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
     with phase("timing", into=report.phases, label="guard"):
         t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names,
-                                                equivalence=GUARD_EQUIVALENCE)
+                                                min_gain=GUARD_MIN_GAIN)
     best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[best - 1]
     if vs.verdict != "faster":
@@ -416,25 +436,25 @@ def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 
 def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optional[Mapping[str, np.ndarray]],
-              seed: int) -> Optional[list[Capture]]:
+              seed: int, threads: int = 1) -> tuple[Optional[list[Capture]], int]:
     """The model run at every binding with the regions' boundary tensors read out (one session: the model keeps
-    its symbolic dims); None where it does not run."""
+    its symbolic dims), and -1; (None, the index of the binding) where it does not run."""
     from ..runtime.check import CheckError, CheckFailed, run_session, session
 
     names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
     types = {k: v for f in prep.folded for k, v in f.types.items()}
     sess = None
     out = []
-    for f in prep.folded:
+    for i, f in enumerate(prep.folded):
         feeds = feeds_at(model, f.binding, inputs, seed)
         try:
-            sess = sess or session(_with_outputs(model, names, types), role="the model")
+            sess = sess or session(_with_outputs(model, names, types), threads, "the model")
             out.append(Capture(feeds, run_session(sess, feeds, "the model")))
         except (CheckFailed, CheckError) as e:
-            log.warning("the original model does not run at %s (%s): no region can be checked; %s",
-                        f.binding.label(), e, INPUTS_HINT)
-            return None
-    return out
+            log.log(logging.WARNING if i == 0 else logging.INFO, "the original model does not run at %s (%s)%s",
+                    f.binding.label(), e, f": no region can be checked; {INPUTS_HINT}" if i == 0 else "")
+            return None, i
+    return out, -1
 
 
 def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list, search: "_RegionSearch",
@@ -446,7 +466,7 @@ def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list
     rms = [rm for rm in (region_model(prep, r) for r in again.regions if set(r.nodes) <= nodes) if rm is not None]
     if not rms:
         return []
-    captures = _captures(model, prep, rms, inputs, seed)
+    captures, _ = _captures(model, prep, rms, inputs, seed)
     return search.run(rms, captures) if captures is not None else []
 
 
