@@ -317,14 +317,16 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             result = folded
     check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     wants = None  # the user's model's outputs on check_feeds: computed once, compared with every candidate
+    sessions = _Sessions(threads)  # the whole models' sessions: made once for the checks and the guard
     if result is not model and check:
         try:
             with phase("checking", into=report.phases, label="checks"):
-                wants = reference_outputs(users_model, check_feeds, threads)
-                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
+                wants = reference_outputs(sessions(users_model, "the original model"), check_feeds)
+                check_onnx(users_model, sessions(result, "the optimized model", CheckFailed), check_feeds,
+                           rtol=rtol, atol=atol, wants=wants)
                 if folded_only is not None:
-                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol, threads=threads,
-                               wants=wants)
+                    check_onnx(users_model, sessions(folded_only, "the folded model", CheckFailed), check_feeds,
+                               rtol=rtol, atol=atol, wants=wants)
         except CheckFailed as e:
             if strict:
                 raise
@@ -340,7 +342,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             others.append(("onnxsim", sim))
         if result is not model or others:
             chosen = _guard(report, users_model, result if result is not model else None, others,
-                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
+                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap, sessions)
             result = model if chosen is None else chosen
     if result is model or result is users_model:
         result = users_model
@@ -380,7 +382,8 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, 
 
 
 def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.ModelProto],
-           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float) -> Optional[onnx.ModelProto]:
+           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float,
+           sessions: Optional["_Sessions"] = None) -> Optional[onnx.ModelProto]:
     """The never-slower guard: time the original, the result (None: no rewrite) and the other equivalent models
     (`others`: (name, model), e.g. the folding alone and onnxsim's output) in one alternating run; return the
     fastest of them if it is faster than the original, else None (the original)."""
@@ -391,7 +394,8 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     models = [original] + ([result] if result is not None else []) + [m for _, m in others]
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
     with phase("timing", into=report.phases, label="guard"):
-        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names,
+        timed = [sessions.get(m) for m in models] if sessions is not None else models
+        t = report.timing = compare_onnx_models(timed, feeds, threads, time_cap, names,
                                                 min_gain=GUARD_MIN_GAIN)
     best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[best - 1]
@@ -412,6 +416,28 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     else:
         report.decision = f"{name}: its output was the fastest equivalent model timed ({why})"
     return models[best]
+
+
+class _Sessions:
+    """ONNX Runtime sessions of the whole models, each made once with the guard's options (`threads`, no
+    spinning) and used by the checks and the guard alike."""
+
+    def __init__(self, threads: int):
+        self.threads, self.made = threads, {}
+
+    def __call__(self, model: onnx.ModelProto, role: str, failure: Optional[type] = None) -> Any:
+        """The model's session (made now if new; `failure` as `runtime.check.session`)."""
+        from ..runtime.check import CheckError, session
+
+        key = id(model)
+        if key not in self.made:
+            self.made[key] = (model, session(model, self.threads, role, spin=False, failure=failure or CheckError))
+        return self.made[key][1]
+
+    def get(self, model: onnx.ModelProto) -> Any:
+        """The model's session if one was made, else the model (the timing makes its own)."""
+        hit = self.made.get(id(model))
+        return hit[1] if hit is not None else model
 
 
 def _target(target: Any) -> Any:

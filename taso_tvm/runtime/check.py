@@ -236,10 +236,17 @@ def _run_session(sess: Any, feeds: Feeds, role: str, err: type = CheckError) -> 
     return dict(zip(names, outs))
 
 
-def session(model: Any, threads: Optional[int] = None, role: str = "the model") -> Any:
-    """An ONNX Runtime session for the checks (`runtime.timing.ort_session`, `threads` or 1); CheckError with one
-    line when ONNX Runtime cannot load the model."""
-    return _session(model, threads, role)
+def session(model: Any, threads: Optional[int] = None, role: str = "the model", spin: bool = True,
+            failure: type = CheckError) -> Any:
+    """An ONNX Runtime session for the checks (`runtime.timing.ort_session`, `threads` or 1; `spin` as there);
+    `failure` (CheckError, or CheckFailed for a rewrite) with one line when ONNX Runtime cannot load the model.
+    `check_onnx` and `reference_outputs` take such a session in place of a model."""
+    from .timing import ort_session
+
+    try:
+        return ort_session(model, threads or 1, spin=spin)
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph/... types
+        raise failure(f"ONNX Runtime cannot load {role}: {_first_line(e)}") from None
 
 
 def run_session(sess: Any, feeds: Feeds, role: str = "the model") -> dict:

@@ -262,8 +262,12 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     """An ONNX Runtime session the way the project times ONNX: CPU provider, `threads` intra-op threads, one
     inter-op thread, sequential execution, all graph optimizations. `model`: a ModelProto, its bytes or a path.
     `spin=False`: the intra-op threads do not spin after a run (interleaved with another runtime on few cores, the
-    spinning threads hold the cores the next run needs)."""
+    spinning threads hold the cores the next run needs). A session given as `model` is returned as it is (one made
+    here once, shared by the checks and the timing)."""
     import onnxruntime as ort
+
+    if isinstance(model, ort.InferenceSession):
+        return model
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads)
