@@ -141,7 +141,7 @@ class OrtBackend(Backend):
                 with open(path) as f:
                     events = json.load(f)
             finally:
-                if not os.path.dirname(os.path.abspath(path)) == os.path.abspath(tmp):
+                if os.path.dirname(os.path.abspath(path)) != os.path.abspath(tmp):  # a `session(profile=True)`'s
                     os.unlink(path)
         runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
                       if e.get("cat") == "Session" and e.get("name") == "model_run")[2:]  # skip the warm-up runs
