@@ -77,9 +77,11 @@ def rss_mb() -> float:
 
 
 @contextlib.contextmanager
-def phase(name: str, stream: Optional[TextIO] = None) -> Iterator[None]:
+def phase(name: str, stream: Optional[TextIO] = None, into: Optional[dict] = None,
+          label: Optional[str] = None) -> Iterator[None]:
     """One phase of a long command: a line on a terminal while it runs (when it takes over PHASE_NOTE_S), and a
-    log line with its time and peak memory (`peak_rss_mb`) when it ends."""
+    log line with its time and peak memory (`peak_rss_mb`) when it ends. `into`: its seconds are added to
+    `into[label or name]` (a command's account of where the time went)."""
     stream = stream if stream is not None else sys.stderr
     tty = bool(getattr(stream, "isatty", lambda: False)())
     peak_rss_mb(reset=True)
@@ -106,5 +108,8 @@ def phase(name: str, stream: Optional[TextIO] = None) -> Iterator[None]:
             if time.perf_counter() - t0 >= PHASE_NOTE_S:
                 stream.write(f"\r{name}: {time.perf_counter() - t0:.1f} s".ljust(60)[:100] + "\n")
                 stream.flush()
-        log.info("phase %s: %.2f s, peak RSS %.0f MB, %.0f MB at its end", name, time.perf_counter() - t0,
-                 peak_rss_mb(), rss_mb())
+        elapsed = time.perf_counter() - t0
+        if into is not None:
+            key = label or name
+            into[key] = into.get(key, 0.0) + elapsed
+        log.info("phase %s: %.2f s, peak RSS %.0f MB, %.0f MB at its end", name, elapsed, peak_rss_mb(), rss_mb())

@@ -231,3 +231,43 @@ def test_second_binding_falls_back_and_gives_up_cleanly():
     fixed = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     out, report = optimize_onnx(fixed, ANALYTIC, shapes={"x": [5]}, time_check=False)
     assert out is fixed and "second value" in report.decision
+
+
+def test_the_report_says_where_the_time_went():
+    """`OnnxReport.phases` accounts for the run phase by phase (in order), and the CLI's summary names the long
+    ones on its `time` line."""
+    from taso_tvm.cli.model import _time_line
+    from taso_tvm.onnx_opt.driver import PHASES
+
+    m = _symbolic(_shape_chain_model())
+    out, report = optimize_onnx(m, ANALYTIC, time_check=True, time_cap=1.0)
+    assert report.phases and set(report.phases) <= set(PHASES)
+    assert list(report.phases) == [p for p in PHASES if p in report.phases]  # in the order they ran
+    assert {"prepare", "search", "guard"} <= set(report.phases)
+    assert sum(report.phases.values()) <= report.seconds + 1e-6
+    line = _time_line({"prepare": 6.14, "partition": 0.2, "search": 21.3, "checks": 0.5, "guard": 20.4,
+                       "writing": 0.6}, 14.0)
+    assert line == "prepare 6.1 s, search 21.3 s (kernels measured 14.0 s), guard 20.4 s, other 1.3 s"
+
+
+def test_whole_model_sessions_are_made_once_for_the_checks_and_the_guard():
+    """The driver's sessions: one per model, the same object for the checks and the guard (the timing takes a
+    session in place of a model); a rewrite ONNX Runtime cannot load fails its check (CheckFailed)."""
+    from taso_tvm.onnx_opt.driver import _Sessions
+    from taso_tvm.runtime.check import CheckFailed, check_onnx, reference_outputs
+    from taso_tvm.runtime.timing import compare_onnx_models
+
+    m = _shape_chain_model()
+    other = copy.deepcopy(m)
+    s = _Sessions(1)
+    a = s(m, "the original model")
+    assert s(m, "the original model") is a and s.get(m) is a and s.get(other) is other
+    feeds = _feeds(m, {"N": 2})
+    wants = reference_outputs(a, [feeds])
+    check_onnx(m, s(other, "the optimized model", CheckFailed), [feeds], wants=wants)
+    t = compare_onnx_models([s.get(m), s.get(other)], feeds, 1, time_cap=0.2)
+    assert t.rounds >= 1
+    broken = copy.deepcopy(m)
+    broken.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(CheckFailed):
+        s(broken, "the optimized model", CheckFailed)

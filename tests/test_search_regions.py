@@ -1,10 +1,14 @@
-"""Region-by-region search: every operator lies in one region per pass, and the progress count ends at its total."""
+"""Region-by-region search: every operator lies in one region per pass, the progress count ends at its total, and
+a repeating graph is cut at its period and each distinct region searched once, its result replayed on the copies'
+own weights."""
 from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from taso_tvm.graph import NodeStore, TensorGraph, TensorType
-from taso_tvm.search.regions import regions, search_by_regions
+from taso_tvm.search.regions import period, regions, search_by_regions
 
 
 class _Stats:
@@ -30,7 +34,7 @@ def test_each_pass_covers_every_operator_once():
 
 def test_progress_ends_at_its_total(caplog):
     g = _chain(12)  # 3 aligned regions, 4 shifted ones: the shifted pass has one more than the first
-    seen = []
+    seen: list = []
 
     def search_one(sub):
         seen.append(sub.num_ops)
@@ -38,6 +42,74 @@ def test_progress_ends_at_its_total(caplog):
 
     with caplog.at_level(logging.INFO, logger="taso_tvm.progress"):
         best, stats = search_by_regions(g, search_one, 4)
-    assert best is g and len(stats) == len(seen) == 7 and sum(seen) == 2 * 12
+    # the chain repeats: one region of 4 operators and one of 2 are searched, the others replayed
+    assert best is g and len(stats) == 7 and seen == [4, 2]
     done = [r.getMessage() for r in caplog.records if "regions in" in r.getMessage()]
     assert done and done[-1].startswith("searching: 7/7 regions"), done
+
+
+class _Rewritten(_Stats):
+    def __init__(self):
+        self.rules_applied = {"scale_weight": 1}
+        self.expanded = 3
+
+
+def _layers(n: int, scale: float = 2.0) -> tuple[TensorGraph, list]:
+    """n layers x -> relu(tanh(x @ W_i)) * s, each with its own weight W_i; s a one-element constant."""
+    S = NodeStore()
+    rng = np.random.default_rng(0)
+    x = S.input("x", TensorType((2, 9)))
+    ws = []
+    for i in range(n):
+        w = S.weight(rng.standard_normal((9, 9)).astype("float32"))  # over SMALL_CONSTANT: values not compared
+        s = S.weight(np.full((1,), scale if i != n - 1 else 5.0, "float32"))
+        ws.append(w)
+        x = S.add("mul", [S.add("relu", [S.add("tanh", [S.add("matmul", [x, w])[0]])[0]])[0], s])[0]
+    return TensorGraph(S, [x]), ws
+
+
+def _double_weights(sub: TensorGraph):
+    """A stand-in search: every matmul reads 2 W * 0.5 instead of W (a rewrite whose new weights are operators
+    over the region's own weights, as the rules' folded constants are)."""
+    S = sub.store
+    mapping = {}
+    for n in sub.ops():
+        if n.op == "matmul" and S.nodes[n.inputs[1][0]].op == "weight":
+            w = n.inputs[1]
+            two = S.weight(np.full((1,), 2.0, "float32"), key="two")
+            half = S.weight(np.full((1,), 0.5, "float32"), key="half")
+            mapping[n.outputs[0]] = S.add("matmul", [n.inputs[0], S.add("mul", [S.add("mul", [w, two])[0],
+                                                                                half])[0]])[0]
+    return (sub.replace(mapping) if mapping else sub), _Rewritten()
+
+
+def test_identical_layers_searched_once_each_with_its_own_weights():
+    g, _ = _layers(8)
+    assert period([n.op for n in g.ops()], 8) == (4, 0)
+    searched = []
+
+    def search_one(sub):
+        searched.append(sub.num_ops)
+        return _double_weights(sub)
+
+    best, stats = search_by_regions(g, search_one, 8)
+    # the first pass cuts 4 regions of 2 layers: the first 3 are alike (one search), the last layer's scale differs
+    assert len(searched) <= len(stats) - 2
+    assert sum(s.expanded for s in stats) == 3 * len(searched)
+    assert sum(s.rules_applied["scale_weight"] for s in stats) == len(stats)
+    x = np.random.default_rng(1).standard_normal((2, 9)).astype("float32")
+    want, got = g.evaluate({"x": x})[0], best.evaluate({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # each copy kept its own W_i
+    assert sum(n.op == "matmul" for n in best.ops()) == 8
+
+
+def test_a_different_small_constant_is_searched_again():
+    g, _ = _layers(2, scale=2.0)  # layer 2 multiplies by 5, layer 1 by 2
+    searched = []
+
+    def search_one(sub):
+        searched.append(sub)
+        return sub, _Stats()
+
+    search_by_regions(g, search_one, 4)
+    assert len(searched) >= 2

@@ -76,6 +76,18 @@ def test_equal_callables_are_not_different_until_the_round_cap():
     assert res.ci[0] < 1 < res.ci[1] and res.ci[1] / res.ci[0] < 1.05
 
 
+def test_equal_callables_stop_once_no_gain_worth_having_is_left():
+    """With `min_gain`, a ratio whose interval shows the candidate cannot be that much faster needs no more rounds
+    (the guard's early stop): still 'not different', decided long before the round cap."""
+    clock = SimClock(seed=1, drift=0.3)
+    res = compare(clock.run(1e-3), clock.run(1e-3), timer=clock, max_rounds=2000, min_gain=0.03)
+    assert res.verdict == NOT_DIFFERENT and res.stopped_by == "confident" and res.rounds < 500
+    assert 1 / 1.03 <= res.ci[0] < 1 < res.ci[1]
+    # a real gain is still found (not stopped as equal): 10 % is beyond the margin
+    res = compare(clock.run(1e-3), clock.run(0.9e-3), timer=clock, max_rounds=3000, min_gain=0.03)
+    assert res.verdict == FASTER and res.stopped_by == "confident"
+
+
 def test_the_seed_fixes_the_run_orders():
     orders = []
     for _ in range(2):

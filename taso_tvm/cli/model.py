@@ -17,6 +17,8 @@ from .compile import _trials, cmd_compile, cmd_run
 
 log = logging.getLogger("taso_tvm")
 
+PHASE_LINE_S = 1.0  # the summary's time line names the phases that took at least this long
+
 
 # ----------------------------------------------------------------------------------------- checking
 def ort_outputs(model: Any, feeds: dict) -> list:
@@ -63,8 +65,24 @@ def _onnx_summary(report: Any, out: str) -> str:
                      f"(of the original's {g['original_ms']:.3f} ms)")
     lines.append(f"{'written':24s}{report.decision}")
     lines.append(f"{'total time':24s}{report.seconds:.2f} s")
+    lines.append(f"{'time':24s}{_time_line(report.phases, report.measure_seconds)}")
     lines.append(f"written to {out}")
     return "\n".join(lines)
+
+
+def _time_line(phases: dict, measured: float) -> str:
+    """Where the time went: the phases of at least PHASE_LINE_S, in order, the search with its kernel
+    measurements, the rest as 'other'."""
+    parts, other = [], 0.0
+    for name, sec in phases.items():
+        if sec < PHASE_LINE_S:
+            other += sec
+            continue
+        note = f" (kernels measured {measured:.1f} s)" if name == "search" and measured >= PHASE_LINE_S else ""
+        parts.append(f"{name} {sec:.1f} s{note}")
+    if other >= PHASE_LINE_S:
+        parts.append(f"other {other:.1f} s")
+    return ", ".join(parts) or "-"
 
 
 def _dims(d: dict) -> str:
@@ -87,6 +105,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     settings = search_settings(args)
     shapes = parse_shapes(args.input_shapes) if args.input_shapes else None
     proto, invalid = read_model(args.model, args.keep_invalid)
+    read_s = time.monotonic() - t0
     check_paths(reads + [("the model's data file", p) for p in data_files(proto)], writes)
     if invalid:
         save_model(proto, args.output, args.external_data, proto)
@@ -105,7 +124,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                                           standard_ops=args.standard_ops)
     except PrepareError as e:
         raise CLIError(str(e)) from None
+    t_write = time.monotonic()
     save_model(out_model, args.output, args.external_data, proto)
+    report.phases = {"reading": read_s, **report.phases, "writing": time.monotonic() - t_write}
     print(_onnx_summary(report, args.output))
     if args.report:
         _write_report(args.report, report, args, time.monotonic() - t0)
@@ -143,6 +164,8 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
             "nodes_folded": report.folded_nodes,
             "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
             "rules_applied": dict(report.rules_applied), "seconds": seconds,
+            "phases": {k: round(v, 3) for k, v in report.phases.items()},
+            "kernels_measured_seconds": round(report.measure_seconds, 3),
             "operators_before": report.operators[0], "operators_after": report.operators[1],
             "cost_before": report.cost[0], "cost_after": report.cost[1], "gain": report.gain,
             "regions": [{"index": r.region.index, "nodes": len(r.region.nodes), "accepted": r.accepted is not None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -57,6 +58,7 @@ class CostModel:
         self._mem: dict[KernelSig, float] = {}
         self.details: dict[KernelSig, Measurement] = {}
         self.cache_hits = 0
+        self.measure_seconds = 0.0  # time spent measuring kernels not in the cache (the tool-time report)
 
     # ------------------------------------------------------------------ kernels
     def kernels(self, graph: TensorGraph) -> tuple[Kernel, ...]:
@@ -87,7 +89,9 @@ class CostModel:
             missing = [s for s in missing if s not in self._mem]
         if not missing:
             return
+        t0 = time.perf_counter()
         measured = self.backend.measure(missing)
+        self.measure_seconds += time.perf_counter() - t0
         rows = []
         for s, m in measured.items():
             self._mem[s] = m.cost_ms

@@ -8,6 +8,7 @@ kernel the exporter cannot write raises `UnsupportedOp`.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -54,10 +55,18 @@ def bind_weights(mod: tvm.IRModule, sig: KernelSig, weights: Optional[dict[int, 
     return relax.transform.BindParams("main", consts)(mod) if consts else mod
 
 
+RANDOM_BLOCK = 1 << 20  # values drawn at most; a larger tensor repeats them (an embedding table is 23M values)
+
+
 def _random(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
-    if np.issubdtype(dt, np.floating):
-        return (rng.standard_normal(tuple(shape)) * 0.1).astype(dt)
+    if np.issubdtype(dt, np.floating):  # drawn in float32, a block at most: only the timing reads them
+        n = math.prod(shape)
+        arr = rng.standard_normal(min(n, RANDOM_BLOCK), dtype=np.float32)
+        arr *= 0.1
+        if n > RANDOM_BLOCK:
+            arr = np.resize(arr, n)
+        return arr.astype(dt, copy=False).reshape(tuple(shape))
     return np.zeros(tuple(shape), dt)
 
 

@@ -18,7 +18,7 @@ from ..onnx_io import weights
 from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
-from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare
+from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare, second_bindings
 from .region import RegionResult, region_model, relax_boundary, search_region
 from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 # the way out when random inputs do not fit the model (token ids past a table, a sample rate, ...)
 INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input name)"
+# the phases a report accounts for (`OnnxReport.phases`), in the order they run
+# the guard stops timing a candidate that its interval shows cannot be faster than the original by this much (a
+# gain inside the noise band the search also uses): more rounds could only find a gain not worth having
+GUARD_MIN_GAIN = 0.03
+PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "guard")
 
 
 @dataclass
@@ -48,6 +53,8 @@ class OnnxReport:
     folded_nodes: int = 0  # nodes whose binding-independent values were written as constants
     expanded: int = 0  # com.microsoft nodes searched as their decomposition (expand_fused)
     predicted_saving_ms: Optional[float] = None  # the cost model's saving on the regions of the model the guard timed
+    phases: dict = field(default_factory=dict)  # where the time went: phase -> seconds (`PHASES`), in order
+    measure_seconds: float = 0.0  # of the search's time: kernels measured (not in the cost cache)
 
     @property
     def gain(self) -> Optional[dict]:
@@ -99,21 +106,23 @@ class OnnxReport:
 class Capture:
     """The user's model run at one binding, with every region boundary tensor read out."""
 
-    def __init__(self, model: onnx.ModelProto, names: Sequence[str], types: Mapping[str, onnx.TypeProto],
-                 feeds: dict[str, np.ndarray]):
-        from ..runtime.check import run_onnx
+    def __init__(self, feeds: dict[str, np.ndarray], values: dict[str, np.ndarray]):
+        self.feeds, self.values = feeds, values
 
-        m = copy.deepcopy(model)
-        have = {o.name for o in m.graph.output}
-        for x in names:
-            if x not in have and x in types:
-                vi = onnx.ValueInfoProto()
-                vi.name = x
-                vi.type.tensor_type.elem_type = types[x].tensor_type.elem_type
-                m.graph.output.append(vi)
-                have.add(x)
-        self.feeds = feeds
-        self.values = run_onnx(m, feeds)
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str],
+                  types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A copy of the model that also outputs the tensors `names` (those `types` knows)."""
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    for x in names:
+        if x not in have and x in types:
+            vi = onnx.ValueInfoProto()
+            vi.name = x
+            vi.type.tensor_type.elem_type = types[x].tensor_type.elem_type
+            m.graph.output.append(vi)
+            have.add(x)
+    return m
 
 
 def _region_feeds(rm_inputs: Sequence[str], cap: Capture) -> dict[str, np.ndarray]:
@@ -168,19 +177,27 @@ def feeds_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[
     return feeds
 
 
-def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
-                 seed: int) -> Optional[Binding]:
-    """The first candidate second binding at which the original model runs, or None."""
+def _runs_at(model: onnx.ModelProto, binding: Binding, inputs: Optional[Mapping[str, np.ndarray]], seed: int,
+             threads: int = 1) -> bool:
+    """Whether the original model runs at the binding (on random inputs, or the user's)."""
     from ..runtime.check import CheckFailed, run_onnx
-    from .prepare import second_bindings
 
-    for cand in second_bindings(first, model):
-        try:
-            run_onnx(model, feeds_at(model, cand, inputs, seed))
-            return cand
-        except CheckFailed as e:
-            log.info("the model does not run at %s (%s)", cand.label(), e)
-    return None
+    try:
+        run_onnx(model, feeds_at(model, binding, inputs, seed), threads)
+        return True
+    except CheckFailed as e:
+        log.info("the model does not run at %s (%s)", binding.label(), e)
+        return False
+
+
+def _pick_second(model: onnx.ModelProto, first: Binding, inputs: Optional[Mapping[str, np.ndarray]],
+                 seed: int, threads: int = 1, after: Optional[Binding] = None) -> Optional[Binding]:
+    """The first candidate second binding (after `after`, one found not to run) at which the original model runs,
+    or None."""
+    cands = second_bindings(first, model)
+    if after is not None:
+        cands = cands[[c.dims for c in cands].index(after.dims) + 1:] if after in cands else cands
+    return next((c for c in cands if _runs_at(model, c, inputs, seed, threads)), None)
 
 
 def _label(cap: Capture) -> str:
@@ -222,7 +239,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
               fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
               rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
               standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
-    from ..runtime.check import CheckFailed, check_onnx
+    from ..runtime.check import CheckFailed, check_onnx, reference_outputs
 
     t0 = time.monotonic()
     report = OnnxReport(nodes=len(model.graph.node))
@@ -233,31 +250,43 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
         del model.graph.value_info[:]
     users_model = model
     model, report.expanded = expand_fused(model)  # ONNX Runtime's fused nodes searchable as their decomposition
-    with phase("shape reads"):
+    with phase("shape reads", into=report.phases, label="prepare"):
         model, moved = rewire_shape_reads(model)  # kept only where a rewritten region needs it
     first = make_binding(model, shapes)
-    with phase("second binding"):
-        second = _pick_second(model, first, inputs, seed) if first.dims else None
-    if first.dims and second is None:
-        report.decision = ("original: the model does not run at any second value of its symbolic dims "
-                           f"({', '.join(first.dims)}), so no rewrite could be checked for them")
-        report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
-        return users_model, report
-    with phase("preparing"):
-        prep = prepare(model, shapes, fold=fold, second=second)
+    # the first candidate second binding is taken on trust: the captures run the model there anyway (a model with
+    # no region to capture is run there on its own); where it does not run, the next candidate that does is taken
+    second = second_bindings(first, model)[0] if first.dims else None
+    while True:
+        with phase("preparing", into=report.phases, label="prepare"):
+            prep = prepare(model, shapes, fold=fold, second=second)
+        with phase("partitioning", into=report.phases, label="partition"):
+            part = partition(prep, speculative=prep.symbolic)
+        with phase("region models", into=report.phases, label="partition"):
+            rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
+        captures, runs = None, True
+        if rms:
+            with phase("captures", into=report.phases, label="captures"):
+                captures, failed = _captures(model, prep, rms, inputs, seed, threads)
+            runs = failed != 1  # at the second binding
+        elif second is not None:
+            with phase("second binding", into=report.phases, label="prepare"):
+                runs = _runs_at(model, second, inputs, seed, threads)
+        if runs:
+            break
+        with phase("second binding", into=report.phases, label="prepare"):
+            second = _pick_second(model, first, inputs, seed, threads, after=second)
+        if second is None:
+            report.decision = ("original: the model does not run at any second value of its symbolic dims "
+                               f"({', '.join(first.dims)}), so no rewrite could be checked for them")
+            report.nodes, report.seconds = len(model.graph.node), time.monotonic() - t0
+            return users_model, report
     report.folding = prep.folding_used
     report.bindings = [f.binding.dims for f in prep.folded]
-    with phase("partitioning"):
-        part = partition(prep, speculative=prep.symbolic)
     report.searchable = part.num_searchable
     report.not_searched = dict(Counter(part.reasons.values()))
-    with phase("region models"):
-        rms = [rm for rm in (region_model(prep, r) for r in part.regions) if rm is not None]
-        sym_types = _sym_types(model)
+    sym_types = _sym_types(model)
     result = model
     if rms:
-        with phase("captures"):
-            captures = _captures(model, prep, rms, inputs, seed)
         if captures is None:
             report.decision = ("original: the model does not run on random inputs, so no rewrite could be checked; "
                                f"{INPUTS_HINT}")
@@ -265,34 +294,41 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             search = _RegionSearch(prep, sym_types, settings or {}, report, rtol, atol, strict, standard_ops,
                                    keep_out=weights.has_references(model))
             try:
-                with phase("region search"):
+                with phase("region search", into=report.phases, label="search"):
                     replacements = search.run(rms, captures)
                     retry = [r for r in report.regions if r.accepted is None and r.rules_applied
                              and set(r.region.nodes) & part.speculative]
                     if retry:  # again without the reshapes the search was to remove, where it did not
                         replacements += _retry(model, prep, part, retry, search, inputs, seed)
             finally:
+                report.measure_seconds = getattr(search.cost, "measure_seconds", 0.0)
                 search.close()
             if replacements:
-                with phase("splicing"):
+                with phase("splicing", into=report.phases, label="splice"):
                     result = restore_shape_reads(splice(model, replacements), moved)
     result = result if standard_ops else fuse_embed_positions(result)[0]  # positions sliced to the run-time length
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
-        consts = binding_independent_constants(prep)
-        if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
-            folded_only, n = fold_into(users_model, consts)
-            folded_only = folded_only if n else None
-        folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
+        with phase("folding", into=report.phases):
+            consts = binding_independent_constants(prep)
+            if result is not model and time_check:  # regions were rewritten: the guard also times the folding alone
+                folded_only, n = fold_into(users_model, consts)
+                folded_only = folded_only if n else None
+            folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
         if report.folded_nodes:
             result = folded
     check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
+    wants = None  # the user's model's outputs on check_feeds: computed once, compared with every candidate
+    sessions = _Sessions(threads)  # the whole models' sessions: made once for the checks and the guard
     if result is not model and check:
         try:
-            with phase("checking"):
-                check_onnx(users_model, result, check_feeds, rtol=rtol, atol=atol)
+            with phase("checking", into=report.phases, label="checks"):
+                wants = reference_outputs(sessions(users_model, "the original model"), check_feeds)
+                check_onnx(users_model, sessions(result, "the optimized model", CheckFailed), check_feeds,
+                           rtol=rtol, atol=atol, wants=wants)
                 if folded_only is not None:
-                    check_onnx(users_model, folded_only, check_feeds, rtol=rtol, atol=atol)
+                    check_onnx(users_model, sessions(folded_only, "the folded model", CheckFailed), check_feeds,
+                               rtol=rtol, atol=atol, wants=wants)
         except CheckFailed as e:
             if strict:
                 raise
@@ -302,12 +338,13 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     if time_check and not report.decision:
         # the equivalent models a user could otherwise run, timed with the result: the fastest is written
         others = [("folded", folded_only)] if folded_only is not None else []
-        sim = _onnxsim_output(users_model, check_feeds, rtol, atol)
+        with phase("candidates", into=report.phases):
+            sim = _onnxsim_output(users_model, check_feeds, rtol, atol, threads, wants)
         if sim is not None:
             others.append(("onnxsim", sim))
         if result is not model or others:
             chosen = _guard(report, users_model, result if result is not model else None, others,
-                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap)
+                            feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap, sessions)
             result = model if chosen is None else chosen
     if result is model or result is users_model:
         result = users_model
@@ -320,8 +357,8 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     return result, report
 
 
-def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
-                    atol: float) -> Optional[onnx.ModelProto]:
+def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
+                    wants: Optional[list] = None) -> Optional[onnx.ModelProto]:
     """onnxsim's own output for the user's model (what a user would otherwise run), if it differs from the model and
     equals it at every binding checked; None where onnxsim fails, changes nothing, or the model's weights are kept
     out of it (a big model: onnxsim would hold them all once more)."""
@@ -337,7 +374,7 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
             out, ok = onnxsim.simplify(copy.deepcopy(model))
         if not ok or out.graph.SerializeToString() == model.graph.SerializeToString():
             return None
-        check_onnx(model, out, feeds, rtol=rtol, atol=atol)
+        check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # onnxsim's own failures, a wrong result: it is just not a candidate
         if is_interrupt(e):
             raise
@@ -347,7 +384,8 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float,
 
 
 def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.ModelProto],
-           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float) -> Optional[onnx.ModelProto]:
+           others: Sequence[tuple], feeds: dict, threads: int, time_cap: float,
+           sessions: Optional["_Sessions"] = None) -> Optional[onnx.ModelProto]:
     """The never-slower guard: time the original, the result (None: no rewrite) and the other equivalent models
     (`others`: (name, model), e.g. the folding alone and onnxsim's output) in one alternating run; return the
     fastest of them if it is faster than the original, else None (the original)."""
@@ -357,8 +395,10 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
         report.predicted_saving_ms = sum(r.cost_before - r.cost_after for r in report.accepted)
     models = [original] + ([result] if result is not None else []) + [m for _, m in others]
     names = ["original"] + (["optimized"] if result is not None else []) + [n for n, _ in others]
-    with phase("timing"):
-        t = report.timing = compare_onnx_models(models, feeds, threads, time_cap, names)
+    with phase("timing", into=report.phases, label="guard"):
+        timed = [sessions.get(m) for m in models] if sessions is not None else models
+        t = report.timing = compare_onnx_models(timed, feeds, threads, time_cap, names,
+                                                min_gain=GUARD_MIN_GAIN)
     best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[best - 1]
     if vs.verdict != "faster":
@@ -378,6 +418,28 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     else:
         report.decision = f"{name}: its output was the fastest equivalent model timed ({why})"
     return models[best]
+
+
+class _Sessions:
+    """ONNX Runtime sessions of the whole models, each made once with the guard's options (`threads`, no
+    spinning) and used by the checks and the guard alike."""
+
+    def __init__(self, threads: int):
+        self.threads, self.made = threads, {}
+
+    def __call__(self, model: onnx.ModelProto, role: str, failure: Optional[type] = None) -> Any:
+        """The model's session (made now if new; `failure` as `runtime.check.session`)."""
+        from ..runtime.check import CheckError, session
+
+        key = id(model)
+        if key not in self.made:
+            self.made[key] = (model, session(model, self.threads, role, spin=False, failure=failure or CheckError))
+        return self.made[key][1]
+
+    def get(self, model: onnx.ModelProto) -> Any:
+        """The model's session if one was made, else the model (the timing makes its own)."""
+        hit = self.made.get(id(model))
+        return hit[1] if hit is not None else model
 
 
 def _target(target: Any) -> Any:
@@ -402,20 +464,25 @@ def _sym_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 
 def _captures(model: onnx.ModelProto, prep: Prepared, rms: list, inputs: Optional[Mapping[str, np.ndarray]],
-              seed: int) -> Optional[list[Capture]]:
-    from ..runtime.check import CheckFailed
+              seed: int, threads: int = 1) -> tuple[Optional[list[Capture]], int]:
+    """The model run at every binding with the regions' boundary tensors read out (one session: the model keeps
+    its symbolic dims), and -1; (None, the index of the binding) where it does not run."""
+    from ..runtime.check import CheckError, CheckFailed, run_session, session
 
     names = [x for rm in rms for x in list(rm.inputs) + list(rm.outputs)]
+    types = {k: v for f in prep.folded for k, v in f.types.items()}
+    sess = None
     out = []
-    for f in prep.folded:
+    for i, f in enumerate(prep.folded):
         feeds = feeds_at(model, f.binding, inputs, seed)
         try:
-            out.append(Capture(model, names, f.types, feeds))
-        except CheckFailed as e:
-            log.warning("the original model does not run at %s (%s): no region can be checked; %s",
-                        f.binding.label(), e, INPUTS_HINT)
-            return None
-    return out
+            sess = sess or session(_with_outputs(model, names, types), threads, "the model")
+            out.append(Capture(feeds, run_session(sess, feeds, "the model")))
+        except (CheckFailed, CheckError) as e:
+            log.log(logging.WARNING if i == 0 else logging.INFO, "the original model does not run at %s (%s)%s",
+                    f.binding.label(), e, f": no region can be checked; {INPUTS_HINT}" if i == 0 else "")
+            return None, i
+    return out, -1
 
 
 def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list, search: "_RegionSearch",
@@ -427,7 +494,7 @@ def _retry(model: onnx.ModelProto, prep: Prepared, part: Partition, failed: list
     rms = [rm for rm in (region_model(prep, r) for r in again.regions if set(r.nodes) <= nodes) if rm is not None]
     if not rms:
         return []
-    captures = _captures(model, prep, rms, inputs, seed)
+    captures, _ = _captures(model, prep, rms, inputs, seed)
     return search.run(rms, captures) if captures is not None else []
 
 

@@ -273,9 +273,30 @@ def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bo
         del out.graph.value_info[:]  # onnxsim leaves the unknown dims of its first inference behind
         done = len(out.graph.node) >= len(folded.graph.node) and folded is not bound
         folded = infer(out)
-        if done:
+        if done or not shapes_to_fold(folded):
             break
     return folded, True
+
+
+def shapes_to_fold(model: onnx.ModelProto) -> bool:
+    """Whether another onnxsim round could fold more: a Shape or Size node reads a tensor whose dims (those it
+    reads) shape inference now knows. Folding starts from such nodes only (a node with constant inputs alone was
+    folded in the round before)."""
+    g = model.graph
+    types = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    for n in g.node:
+        if n.op_type not in ("Shape", "Size") or not n.input or n.input[0] not in types:
+            continue
+        tt = types[n.input[0]].tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = list(tt.shape.dim)
+        if n.op_type == "Shape":
+            attrs = {a.name: a.i for a in n.attribute}
+            dims = dims[slice(attrs.get("start", 0), attrs.get("end", len(dims)))]  # negative ends as Python's
+        if all(d.HasField("dim_value") for d in dims):
+            return True
+    return False
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

@@ -236,19 +236,45 @@ def _run_session(sess: Any, feeds: Feeds, role: str, err: type = CheckError) -> 
     return dict(zip(names, outs))
 
 
+def session(model: Any, threads: Optional[int] = None, role: str = "the model", spin: bool = True,
+            failure: type = CheckError) -> Any:
+    """An ONNX Runtime session for the checks (`runtime.timing.ort_session`, `threads` or 1; `spin` as there);
+    `failure` (CheckError, or CheckFailed for a rewrite) with one line when ONNX Runtime cannot load the model.
+    `check_onnx` and `reference_outputs` take such a session in place of a model."""
+    from .timing import ort_session
+
+    try:
+        return ort_session(model, threads or 1, spin=spin)
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph/... types
+        raise failure(f"ONNX Runtime cannot load {role}: {_first_line(e)}") from None
+
+
+def run_session(sess: Any, feeds: Feeds, role: str = "the model") -> dict:
+    """{output name: array} of one run of a session; CheckError with one line when it fails."""
+    return _run_session(sess, feeds, role)
+
+
+def reference_outputs(original: Any, feeds_list: Sequence[Feeds], threads: Optional[int] = None) -> list:
+    """The original model's outputs on each feeds dict (one session), for `check_onnx(..., wants=)`: several
+    candidates checked against one original run it once."""
+    ref = _session(original, threads, "the original model")
+    return [_run_session(ref, feeds, "the original model") for feeds in feeds_list]
+
+
 def check_onnx(original: Any, optimized: Any, feeds_list: Union[Feeds, Sequence[Feeds]],
-               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, threads: Optional[int] = None) -> dict:
+               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, threads: Optional[int] = None,
+               wants: Optional[Sequence[dict]] = None) -> dict:
     """Run both ONNX models in ONNX Runtime on each feeds dict and compare the outputs; returns
     {output name: largest absolute difference}. CheckFailed when they differ or the optimized model does not
-    load or run; CheckError when the original does not."""
+    load or run; CheckError when the original does not. `wants`: the original's outputs on the feeds
+    (`reference_outputs`), when they are known already."""
     check_tolerances(rtol, atol)
     feeds_list = [feeds_list] if isinstance(feeds_list, Mapping) else list(feeds_list)
     if not feeds_list:
         raise CheckError("no inputs to check the models on")
     # one session at a time: each holds its weights prepacked (another copy of a big model's weights)
-    ref = _session(original, threads, "the original model")
-    wants = [_run_session(ref, feeds, "the original model") for feeds in feeds_list]
-    del ref
+    if wants is None:
+        wants = reference_outputs(original, feeds_list, threads)
     new = _session(optimized, threads, "the optimized model", CheckFailed)
     worst: dict = {}
     for feeds, want in zip(feeds_list, wants):

@@ -3,7 +3,8 @@
 Blocks of runs drift by tens of percent on a shared machine, so callables are never timed one block after the
 other: each *round* runs every callable once, in a freshly shuffled order, and the comparison is made round by
 round (the per-round ratio candidate / baseline cancels the drift both runs saw). Rounds go on until the confidence
-interval of every ratio excludes 1, or the time cap or the round cap is reached.
+interval of every ratio excludes 1 (or, with `min_gain`, shows that the candidate cannot be faster by that much:
+no more rounds would make it a gain worth having), or the time cap or the round cap is reached.
 
     res = compare(lambda: run_a(), lambda: run_b(), names=("original", "optimized"), time_cap=20)
     res.verdict            # "faster" | "slower" | "not different": is the second faster than the first?
@@ -159,6 +160,12 @@ def median_ci(values: np.ndarray, error: float) -> tuple:
     return float(s[k - 1]), float(s[n - k])
 
 
+def _decided(r: Ratio, min_gain: float) -> bool:
+    """Whether a ratio needs no more rounds: its interval excludes 1, or (`min_gain` > 0) its low end shows the
+    candidate cannot be faster by `min_gain` (relative)."""
+    return r.verdict != NOT_DIFFERENT or (min_gain > 0 and r.ci[0] >= 1 / (1 + min_gain))
+
+
 def _look_error(look: int, confidence: float) -> float:
     return (1.0 - confidence) * 6.0 / (math.pi ** 2 * look ** 2)
 
@@ -187,11 +194,11 @@ def _names(callables: Sequence, names: Optional[Sequence[str]]) -> list:
 def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None,
             time_cap: float = DEFAULT_TIME_CAP, max_rounds: int = DEFAULT_MAX_ROUNDS, min_rounds: int = 0,
             warmup: int = 1, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
-            timer: Callable[[], float] = time.perf_counter) -> TimingResult:
+            timer: Callable[[], float] = time.perf_counter, min_gain: float = 0.0) -> TimingResult:
     """Time the callables by interleaved single runs; compare each with the first (the baseline).
 
-    Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1
-    (`stopped_by="confident"`, not before `min_rounds` rounds), after `time_cap` seconds (warm-up included) or
+    Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1 or
+    shows the candidate cannot be faster by `min_gain` (`stopped_by="confident"`, not before `min_rounds` rounds), after `time_cap` seconds (warm-up included) or
     after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
     measures (no ratios).
     """
@@ -222,7 +229,7 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
                 row[i] = timer() - t0
             rows.append(row)
             if m > 1 and len(rows) >= next_look:
-                decided = all(r.verdict != NOT_DIFFERENT
+                decided = all(_decided(r, min_gain)
                               for r in _ratios(np.asarray(rows), labels, _look_error(look, confidence)))
                 look += 1
                 next_look = max(next_look + 1, math.ceil(next_look * LOOK_GROWTH))
@@ -255,8 +262,12 @@ def ort_session(model: Union[Any, bytes, str], threads: int = 2, spin: bool = Tr
     """An ONNX Runtime session the way the project times ONNX: CPU provider, `threads` intra-op threads, one
     inter-op thread, sequential execution, all graph optimizations. `model`: a ModelProto, its bytes or a path.
     `spin=False`: the intra-op threads do not spin after a run (interleaved with another runtime on few cores, the
-    spinning threads hold the cores the next run needs)."""
+    spinning threads hold the cores the next run needs). A session given as `model` is returned as it is (one made
+    here once, shared by the checks and the timing)."""
     import onnxruntime as ort
+
+    if isinstance(model, ort.InferenceSession):
+        return model
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads)

@@ -11,6 +11,7 @@ import itertools
 import logging
 import math
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
@@ -172,11 +173,30 @@ def _settle(settle: SettleFn, graph: TensorGraph, start_cost: float, best: Tenso
 NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one
 
 
+_NORMALIZE_SETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> its normalize rules
+
+
+def _normalize_rules(rules: RuleSource) -> RuleSource:
+    """The `normalize` family of a rule set as a rule set of its own (same class, same order), so that each step
+    matches those rules only; `rules` itself where it is not a set of rules (a test's stand-in)."""
+    members = getattr(rules, "rules", None)
+    if not isinstance(members, tuple):
+        return rules
+    try:
+        hit = _NORMALIZE_SETS.get(rules)
+        if hit is None:
+            hit = _NORMALIZE_SETS[rules] = type(rules)([r for r in members if getattr(r, "family", "") == NORMALIZE])
+    except TypeError:  # a rule set that cannot be weakly referenced or rebuilt from its rules
+        return rules
+    return hit
+
+
 def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[TensorGraph, tuple]:
     """`graph` with the rules of family `normalize` applied while one applies (at most `max_steps`), and the names
     of those applied. They are terminating by design (they remove operators or move a scalar factor towards the
     inputs), so the normal form of a region does not depend on the order of the matches."""
     path: tuple = ()
+    rules = _normalize_rules(rules)
     for _ in range(max_steps):
         for rule, match in rules.matches(graph):
             if getattr(rule, "family", "") != NORMALIZE:

@@ -4,18 +4,29 @@ linearly with model size, then splice each region's best rewrite back.
 A region is a run of consecutive operators in topological order. Its inputs produced outside it become
 placeholder inputs (weights stay weights, so rules that need a weight still see one); its outputs are the tensors
 used after it. A second pass with boundaries shifted by half a region catches patterns that straddle a cut.
+
+A graph that repeats itself (the layers of a transformer) is cut at whole periods, so that its regions repeat too; a
+region structurally identical to one searched before (same operators, attributes, types and wiring, same values of
+its tiny constants) is not searched again: the earlier result is replayed on its own inputs and weights.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from typing import Callable, Optional
 
-from ..graph import TensorGraph
+import numpy as np
+
+from ..graph import TensorGraph, weight_array
 from .stop import StopReason
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDER = "__region_in"
+MIN_PERIOD = 4  # operators: a shorter repeat (an alternating chain) is not a layer
+PERIOD_SHARE = 0.6  # a period must match at least this share of the operators it can compare
+SMALL_CONSTANT = 64  # elements: constants up to this size are part of a region's identity (rules and costs read them)
 
 
 def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, list]:
@@ -40,12 +51,112 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
     return sub, {v: k for k, v in boundary.items()}, outputs
 
 
+def _op_keys(graph: TensorGraph) -> tuple[list[int], list]:
+    """The operator ids in topological order and, per operator, a small int naming its kind (op, attributes,
+    types): equal ints, equal operators up to their inputs."""
+    store = graph.store
+    ids, keys, names = [], [], {}
+    for n in graph.ops():
+        ids.append(n.id)
+        keys.append(names.setdefault((n.op, store.attr_items(n), n.types), len(names)))
+    return ids, keys
+
+
+def period(keys: list, size: int) -> tuple[int, int]:
+    """(p, start): the shortest repeat p (MIN_PERIOD <= p <= size) of the operator kinds, matching at least
+    PERIOD_SHARE of the positions it compares, and the first position from which it repeats a whole period;
+    (0, 0) when the sequence does not repeat."""
+    n = len(keys)
+    for p in range(MIN_PERIOD, min(size, n // 2) + 1):
+        same = [keys[i] == keys[i + p] for i in range(n - p)]
+        if sum(same) < PERIOD_SHARE * (n - p):
+            continue
+        run = 0
+        for i, s in enumerate(same):
+            run = run + 1 if s else 0
+            if run == p:
+                return p, i - p + 1
+    return 0, 0
+
+
 def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
-    """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0)."""
-    ops = [n.id for n in graph.ops()]
-    cuts = list(range(offset if offset else size, len(ops), size))
+    """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0). A repeating graph
+    (`period`) is cut at whole periods instead: runs of as many periods as fit in `size`, from where the repeat
+    starts (`offset` > 0: shifted by half a run)."""
+    ops, keys = _op_keys(graph)
+    p, start = period(keys, size)
+    if p:
+        run = p * max(1, size // p)
+        phase = (start + (run // 2 if offset else 0)) % run
+        cuts = [c for c in range(phase, len(ops), run) if c > 0]
+    else:
+        cuts = list(range(offset if offset else size, len(ops), size))
     bounds = [0] + cuts + [len(ops)]
     return [set(ops[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def shape_key(graph: TensorGraph) -> Optional[tuple]:
+    """The graph's structure with its nodes numbered in topological order and its leaves in the order the
+    operators first read them: operators, attributes, types and wiring; inputs and weights by type (a weight of up
+    to SMALL_CONSTANT elements also by value). Two graphs with equal keys differ only in their inputs' names and
+    their larger weights' values. None for a graph with an opaque node (its expression is not compared)."""
+    return _canonical(graph)[0]
+
+
+def _canonical(graph: TensorGraph) -> tuple[Optional[tuple], list]:
+    """(`shape_key`, the leaves as refs in the key's order)."""
+    store = graph.store
+    index: dict[int, int] = {}
+    items: list = []
+    leaves: list = []
+
+    def number(nid: int) -> int:
+        if nid not in index:  # a leaf: numbered where it is first read
+            n = store.nodes[nid]
+            index[nid] = len(index)
+            leaves.append(n.outputs[0])
+            items.append(("input", n.types) if n.op == "input" else ("weight", n.types, _small_value(n)))
+        return index[nid]
+
+    for n in graph.topo_order():
+        if n.op == "opaque":
+            return None, []
+        if n.op in ("input", "weight"):
+            continue
+        ins = tuple((number(i), j) for i, j in n.inputs)
+        index[n.id] = len(index)
+        items.append((n.op, store.attr_items(n), ins, n.types))
+    outs = tuple((number(i), j) for i, j in graph.outputs)
+    return (tuple(items), outs), leaves
+
+
+def _small_value(node) -> Optional[bytes]:
+    """A weight's dtype and bytes if it has at most SMALL_CONSTANT elements (None for a larger one)."""
+    if math.prod(node.types[0].shape) > SMALL_CONSTANT:
+        return None
+    arr = np.ascontiguousarray(weight_array(node))
+    return arr.dtype.str.encode() + arr.tobytes()
+
+
+def replay(sub: TensorGraph, like: TensorGraph, best: TensorGraph) -> TensorGraph:
+    """`best` (a rewrite of `like`) rewritten for `sub`, which has the same `shape_key` as `like`: every input and
+    weight of `like` read as the matching one of `sub` (a rewrite's new weights are operators over the weights
+    they came from, so they are remade from `sub`'s)."""
+    if best == like:
+        return sub
+    mapping = {a: b for a, b in zip(_canonical(like)[1], _canonical(sub)[1]) if a != b}
+    return best.replace(mapping) if mapping else best
+
+
+def _reused(stats):
+    """A region's statistics for a replayed search: its rules applied, no graph expanded, no time."""
+    out = copy.copy(stats)
+    for name in ("expanded", "candidates", "seconds"):
+        if hasattr(out, name):
+            setattr(out, name, 0)
+    if hasattr(out, "rules_applied"):
+        out.rules_applied = copy.copy(out.rules_applied)
+    return out
 
 
 def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tuple], size: int,
@@ -55,7 +166,8 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
 
     Regions of one pass are disjoint, so each is searched against the same graph and all their rewrites are
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
-    Small graphs are searched whole. Returns the graph and the per-region statistics.
+    Small graphs are searched whole. A region with the `shape_key` of one searched before takes its result
+    (`replay`). Returns the graph and the per-region statistics.
     """
     from ..progress import Progress
 
@@ -63,6 +175,7 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
         best, stats = search_one(graph)
         return best, [stats]
     all_stats = []
+    done: dict = {}  # shape_key -> (the region searched, its best graph, its statistics)
     first = regions(graph, size, 0)
     bar = Progress(2 * len(first), "searching", unit="regions")
     bar.__enter__()
@@ -83,7 +196,14 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
             if not outs:
                 bar.update(note="region has no outputs")
                 continue
-            best, stats = search_one(sub)
+            key = shape_key(sub)
+            if key is not None and key in done:
+                like, like_best, like_stats = done[key]
+                best, stats = replay(sub, like, like_best), _reused(like_stats)
+            else:
+                best, stats = search_one(sub)
+                if key is not None and stats.stopped_by != StopReason.INTERRUPT:
+                    done[key] = (sub, best, stats)
             all_stats.append(stats)
             bar.update(note=f"region cost {stats.cost_before:.4g} -> {stats.cost_after:.4g}")
             if best != sub:  # the search only moves to a cheaper graph, or an equally cheap one with fewer ops
