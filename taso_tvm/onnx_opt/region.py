@@ -30,6 +30,7 @@ class RegionModel:
     inputs: list[str]
     outputs: list[str]
     symbolic: bool = False  # the user's model has symbolic dims: reshapes are written relative to their input
+    broadcast_inputs: tuple = ()  # inputs with a dim of 1 at every binding (a position table beside a batch)
 
 
 @dataclass
@@ -87,7 +88,22 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
-    return RegionModel(region, model, inputs, outputs, prep.symbolic)
+    return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs))
+
+
+def _fixed_ones(prep: Prepared, names: list[str]) -> tuple:
+    """The names among `names` with an axis of 1 at every binding of a symbolic model (they may broadcast
+    against tensors whose dim there is symbolic, whatever one binding's equal shapes say)."""
+    if not prep.symbolic:
+        return ()
+    out = []
+    for x in names:
+        shapes = [[d.dim_value for d in f.types[x].tensor_type.shape.dim] if x in f.types else None
+                  for f in prep.folded]
+        if all(s is not None for s in shapes) and len({len(s) for s in shapes}) == 1 and \
+                any(all(s[a] == 1 for s in shapes) for a in range(len(shapes[0]))):
+            out.append(x)
+    return tuple(out)
 
 
 def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
@@ -141,10 +157,11 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None
     with quiet():
         out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                           standard_ops=standard_ops, relative_reshape=rm.symbolic, initializer=keep)
+                           standard_ops=standard_ops, relative_reshape=rm.symbolic, initializer=keep,
+                           broadcast_inputs=rm.broadcast_inputs)
         del new_mod
         same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                            relative_reshape=rm.symbolic, initializer=keep)
+                            relative_reshape=rm.symbolic, initializer=keep, broadcast_inputs=rm.broadcast_inputs)
     del mod
     report = p.report
     del p

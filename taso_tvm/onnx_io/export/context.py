@@ -235,6 +235,7 @@ class EmitContext:
         self.out_var = None
         self.target_opset = None  # the opset requested by the caller, if any
         self.standard_ops = False  # write fused operators as their decomposition (default-domain ONNX only)
+        self.broadcast_inputs: frozenset = frozenset()  # inputs with a fixed 1 where others may be wider
         self.relative_reshape = False  # static reshapes relative to the input's leading dims (`relative_shape`)
         self.origins: Dict[str, str] = {}  # binding name -> ONNX node name, for messages
         # hooks installed by the exporter

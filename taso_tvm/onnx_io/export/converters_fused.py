@@ -108,9 +108,11 @@ def skip_layernorm_inputs(ctx, call, args) -> Optional[list]:
     """SkipLayerNormalization's inputs [x, skip, gamma, beta(, bias)] for a call of skip_layernorm(_sum); None where
     the bias is not zero and not a vector of the last axis (the decomposition is written)."""
     x, skip, gamma, beta, bias = (args[i] for i in range(5))
-    if x in ctx.initializers and skip not in ctx.initializers:
+    narrow = ctx.initializers.keys() | ctx.broadcast_inputs
+    if x in narrow and skip not in narrow:
         # ORT takes the batch from the first input and lets only the skip broadcast ([1, S, H], [S, H]): a constant
-        # (a position table) goes second, whatever the binding's shapes said (the sum is symmetric)
+        # or an input with a fixed 1 (a position table) goes second, whatever the binding's shapes said (the sum
+        # is symmetric)
         x, skip = skip, x
     inputs = [x, skip, gamma, beta]
     if not _zero(ctx, bias):

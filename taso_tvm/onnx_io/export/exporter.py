@@ -47,6 +47,7 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
                  model_name: str = "main", name_prefix: str = "",
                  origins: Optional[Dict[str, str]] = None, standard_ops: bool = False,
                  relative_reshape: bool = False,
+                 broadcast_inputs: Sequence[str] = (),
                  initializer: Optional[Callable[[str, np.ndarray, int], Optional[onnx.TensorProto]]] = None
                  ) -> onnx.ModelProto:
     """Export a Relax ``IRModule`` (its ``main``) or ``relax.Function`` to an ONNX model.
@@ -77,12 +78,16 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
         Write each static reshape relative to its input (the leading dims it keeps as 0, the first other one as
         -1), so that a graph exported at one binding of a model's symbolic dims also computes the same at others
         (a region of a model with a symbolic batch or sequence).
+    broadcast_inputs : sequence of str, optional
+        Graph inputs whose type has a fixed dim of 1 where the model's other tensors may have a symbolic one (a
+        position table ``[1, S, H]`` beside ``[B, S, H]``): an operator that takes its shape from one operand (ONNX
+        Runtime's SkipLayerNormalization) never takes it from these, whatever the binding's shapes were.
 
     Every failure is an :class:`ExportError` with a one-line message.
     """
     try:
         model = _export(mod_or_func, opset, input_names, output_names, model_name, origins, standard_ops,
-                        relative_reshape, initializer)
+                        relative_reshape, initializer, broadcast_inputs)
     except ExportError:
         raise
     except Exception as e:  # an exporter bug must still read as one line, not a traceback
@@ -94,13 +99,15 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
 
 
 def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None,
-            standard_ops: bool = False, relative_reshape: bool = False, initializer=None) -> onnx.ModelProto:
+            standard_ops: bool = False, relative_reshape: bool = False, initializer=None,
+            broadcast_inputs: Sequence[str] = ()) -> onnx.ModelProto:
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
     ctx = exp.ctx
     ctx.target_opset = opset
     ctx.standard_ops = standard_ops
     ctx.relative_reshape = relative_reshape
+    ctx.broadcast_inputs = frozenset(broadcast_inputs)
     ctx.origins = dict(origins or {})
 
     graph_inputs, values, num_input, init_from_params = _bind_inputs(ctx, func, input_names)
