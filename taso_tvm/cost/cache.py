@@ -140,38 +140,27 @@ class CostCache:
     # ------------------------------------------------------------------ queries
     def get_many(self, scope: Scope, keys: Iterable[str]) -> dict[str, float]:
         """Cached costs (ms; inf for failed kernels) of the given kernel keys."""
-        keys = list(keys)
-        if not keys:
-            return {}
-
-        def q(conn):
-            out = {}
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                rows = conn.execute(
-                    f"SELECT kernel, cost_ms FROM costs WHERE backend=? AND target=? AND device=? AND versions=? "
-                    f"AND kernel IN ({','.join('?' * len(chunk))})", (*scope, *chunk)).fetchall()
-                out.update({k: (math.inf if c is None else float(c)) for k, c in rows})
-            return out
-
-        return self._run(q)
+        return {k: (math.inf if c is None else float(c)) for k, c in self._select(scope, keys, "cost_ms")}
 
     def get_details(self, scope: Scope, keys: Iterable[str]) -> dict[str, str]:
         """The detail text stored with each of the given keys (for rows whose detail is the datum, e.g. a learned
         grouping)."""
+        return {k: d for k, d in self._select(scope, keys, "detail") if d is not None}
+
+    def _select(self, scope: Scope, keys: Iterable[str], column: str) -> list[tuple]:
+        """(kernel key, `column`) of the stored rows among `keys` in `scope`, queried in chunks of 500 keys."""
         keys = list(keys)
         if not keys:
-            return {}
+            return []
 
         def q(conn):
-            out = {}
+            rows = []
             for i in range(0, len(keys), 500):
                 chunk = keys[i:i + 500]
-                rows = conn.execute(
-                    f"SELECT kernel, detail FROM costs WHERE backend=? AND target=? AND device=? AND versions=? "
+                rows += conn.execute(
+                    f"SELECT kernel, {column} FROM costs WHERE backend=? AND target=? AND device=? AND versions=? "
                     f"AND kernel IN ({','.join('?' * len(chunk))})", (*scope, *chunk)).fetchall()
-                out.update({k: d for k, d in rows if d is not None})
-            return out
+            return rows
 
         return self._run(q)
 
