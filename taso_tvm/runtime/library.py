@@ -139,9 +139,12 @@ def load_library(path: str) -> tuple[Any, Signature]:
     """(tvm runtime Module, Signature) of a library `write_library` wrote, checked by `check_library` first."""
     import tvm
 
+    from ..quiet import quiet
+
     sig = check_library(path)
     try:
-        return tvm.runtime.load_module(path), sig
+        with quiet():  # TVM logs a "Scope Loaded" warning per function of a Relax executable it loads
+            return tvm.runtime.load_module(path), sig
     except Exception as e:  # noqa: BLE001  (TVM raises several types for a library it cannot load)
         raise LibraryError(f"'{path}' is not a TVM module: {str(e).strip().splitlines()[-1][:200]}") from None
 
