@@ -75,9 +75,11 @@ def test_mask_index_is_each_rows_count_of_ones_in_ort():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
 
 
-def tiny_bert() -> onnx.ModelProto:
+def tiny_bert(mask_form: str = "legacy") -> onnx.ModelProto:
     """HuggingFace BERT's embeddings (positions sliced from a buffer by the ids' length) and one encoder layer with
-    a padding mask, as the TorchScript exporter writes them: the form ONNX Runtime's optimizer fuses."""
+    a padding mask, as the TorchScript exporter writes them: the form ONNX Runtime's optimizer fuses. `mask_form`:
+    `legacy` (transformers 4: (1 - mask) * c on [B, 1, 1, S]) or `where` (transformers 5's eager form: the mask's
+    nonzero bits expanded to [B, 1, S, S] by the ids' run-time length, then Where(bits, 0, finfo.min))."""
     d = H // HEADS
     n: list = []
 
@@ -96,8 +98,16 @@ def tiny_bert() -> onnx.ModelProto:
         return op("Transpose", op("Reshape", t, "split_shape"), perm=perm)
 
     q, k, v = (heads(op("Add", op("MatMul", x, f"w{c}"), f"b{c}"), [0, 2, 1, 3]) for c in "qkv")
-    mask = op("Mul", op("Sub", "one_f", op("Cast", op("Unsqueeze", op("Unsqueeze", "attention_mask", "one_axis"),
-                                                      "two_axis"), to=TensorProto.FLOAT)), "filler")
+    if mask_form == "legacy":
+        mask = op("Mul", op("Sub", "one_f", op("Cast", op("Unsqueeze", op("Unsqueeze", "attention_mask", "one_axis"),
+                                                          "two_axis"), to=TensorProto.FLOAT)), "filler")
+    else:
+        bits = op("Unsqueeze", op("Unsqueeze", op("Cast", "attention_mask", to=TensorProto.BOOL), "one_axis"),
+                  "two_axis")
+        ids_shape = op("Shape", "input_ids")
+        full = op("Concat", op("Slice", ids_shape, "zero1", "one1"), "one1", op("Slice", ids_shape, "one1", "two1"),
+                  op("Slice", ids_shape, "one1", "two1"), axis=0)
+        mask = op("Where", op("Expand", bits, full), "zero_f", "min_f")
     scores = op("Add", op("Div", op("MatMul", q, op("Transpose", k, perm=[0, 1, 3, 2])), "sqrt_d"), mask)
     ctx = op("MatMul", op("Softmax", scores, axis=-1), v)
     ctx = op("Reshape", op("Transpose", ctx, perm=[0, 2, 1, 3]), "merge_shape")
@@ -113,6 +123,7 @@ def tiny_bert() -> onnx.ModelProto:
              _i64("position_ids_buffer", np.arange(MAX_POS)[None]), _i64("zero1", [0]), _i64("one1", [1]),
              _i64("one_axis", [1]), _i64("two_axis", [2]), _i64("split_shape", [0, 0, HEADS, d]),
              _i64("merge_shape", [0, 0, H]), scalar("one_f", 1.0), scalar("filler", -10000.0),
+             scalar("zero_f", 0.0), scalar("min_f", np.finfo(np.float32).min), _i64("two1", [2]),
              scalar("sqrt_d", np.sqrt(d)), scalar("sqrt2", np.sqrt(2.0)), scalar("half", 0.5),
              _w("wo", H, H), _w("bo", H), _w("w1", H, 2 * H), _w("bf1", 2 * H), _w("w2", 2 * H, H), _w("bf2", H)]
     inits += [_w(f"w{c}", H, H) for c in "qkv"] + [_w(f"b{c}", H) for c in "qkv"]

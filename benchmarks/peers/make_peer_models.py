@@ -1,6 +1,7 @@
 """Export the transformer models of the peers' benchmark (`benchmarks/bench_peers.py`) into a cache folder.
 
-Every model is built from a transformers *config* with random weights from a fixed seed (no hub download), exported
+Every model is built from a transformers *config* with random weights from a fixed seed (no hub download; biases and
+norms spread as in a trained model, not the initializer's zeros and ones), exported
 by torch (the TorchScript exporter, `dynamo=False`, and where noted the dynamo exporter) with a symbolic batch and
 sequence (images: batch), checked (onnx.checker, then ONNX Runtime at two values of each symbolic dim against the
 torch module), and listed in `manifest.json` in the format of `tests/data/real_models/manifest.json` (read by
@@ -103,8 +104,22 @@ def default_out() -> Path:
     return Path(os.environ.get("TASO_TVM_PEER_MODELS", Path.home() / ".cache" / "taso_tvm" / "peer_models"))
 
 
+def _like_trained(module) -> None:
+    """Give the parameters transformers initializes to constants (biases 0, layer norms' scale 1 and shift 0) the
+    spread a trained checkpoint has: a zero bias is an Add a tool may drop, which no real model offers it."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() == 1 and name.endswith("bias"):
+                p.normal_(0.0, 0.02)
+            elif p.dim() == 1 and name.endswith("weight"):  # a norm's scale
+                p.normal_(1.0, 0.02)
+
+
 def _module(spec: Spec):
-    """(torch module returning the last hidden state, example inputs, input specs, heads, hidden)."""
+    """(torch module returning the last hidden state, example inputs, input specs, heads, hidden); weights from
+    the config's initializer, biases and norms spread as in a trained model (`_like_trained`)."""
     import torch
     import transformers as tf
 
@@ -191,6 +206,7 @@ def export(name: str, out: Path) -> dict:
     spec = MODELS[name]
     family, exporter, cfg = spec.family, spec.exporter, spec.cfg
     module, example, specs, heads, hidden = _module(spec)
+    _like_trained(module)
     path = out / f"{name}.onnx"
     names = [s["name"] for s in specs]
     if exporter == "dynamo":

@@ -25,6 +25,7 @@ from .shape_reads import restore_shape_reads, rewire_shape_reads
 from .splice import PREFIX, splice
 from .expand_fused import expand_fused
 from .embed_positions import fuse_embed_positions
+from .padding_mask import fuse_padding_masks
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +307,11 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             if replacements:
                 with phase("splicing", into=report.phases, label="splice"):
                     result = restore_shape_reads(splice(model, replacements), moved)
-    result = result if standard_ops else fuse_embed_positions(result)[0]  # positions sliced to the run-time length
+    if not standard_ops:
+        result = fuse_embed_positions(result)[0]  # positions sliced to the run-time length
+        with phase("padding masks", into=report.phases, label="splice"):  # attention biases that are a 2-D mask
+            result = fuse_padding_masks(result, [feeds_at(model, f.binding, inputs, seed + 2) for f in prep.folded],
+                                        seed, threads)[0]
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         with phase("folding", into=report.phases):
