@@ -2,6 +2,8 @@
 one alternating run, each output compared, a tool that cannot handle the model reported in its cell)."""
 from __future__ import annotations
 
+import pytest
+
 import sys
 from pathlib import Path
 
@@ -49,6 +51,7 @@ def test_one_row_on_the_committed_bert(tmp_path):
     assert "| bert | 16 |" in md and "vs best peer" in md
 
 
+@pytest.mark.slow  # 20 s: every tool run and timed again; a whole bench row is the test above
 def test_a_tool_that_fails_is_a_cell_not_a_crash(tmp_path):
     """ORT's transformer optimizer has nothing to do with a gated MLP: its cell says so, the others are timed."""
     (model,) = [m for m in bench_peers.manifest_models(ROOT / "tests" / "data" / "real_models")

@@ -197,6 +197,7 @@ def test_references_round_trip(tmp_path):
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
 
 
+@pytest.mark.slow  # 6-9 s: a whole optimize; the weight store's round trip is in the default suite (test_references_round_trip)
 def test_large_inline_model_is_offloaded(config, tmp_path, monkeypatch, capsys):
     """A model that holds its weights inline (over OFFLOAD_INLINE_BYTES: here every model) keeps them in the store
     while it is optimized; written inline again, as it came."""

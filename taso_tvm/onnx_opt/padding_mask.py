@@ -184,8 +184,8 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
             bits = mask
             if view.input_elem(mask) != TensorProto.BOOL:
                 bits = fresh_name(g, f"taso_mask/{mask}_bool_")
-                g.node.insert(0, helper.make_node("Cast", [mask], [bits], to=TensorProto.BOOL))
-            g.node.insert(1 if bits != mask else 0, helper.make_node("Cast", [bits], [casts[mask]],
+                g.node.insert(0, helper.make_node("Cast", [mask], [bits], name=bits, to=TensorProto.BOOL))
+            g.node.insert(1 if bits != mask else 0, helper.make_node("Cast", [bits], [casts[mask]], name=casts[mask],
                                                                      to=TensorProto.INT32))
         for n in g.node:
             if n.domain != MS or n.op_type not in MASK_SLOTS or (n.name or n.output[0]) not in names:
