@@ -113,3 +113,22 @@ def test_a_different_small_constant_is_searched_again():
 
     search_by_regions(g, search_one, 4)
     assert len(searched) >= 2
+
+
+def test_a_weight_expression_from_another_region_stays_a_weight():
+    """A projection whose weight was scaled in an earlier run of operators (the attention scale folded into it)
+    reads, in its own region, that weight expression, not a placeholder input: `weight(w)` in a rule holds there."""
+    from taso_tvm.search.regions import PLACEHOLDER, _region_graph
+
+    S = NodeStore()
+    x = S.input("x", TensorType((2, 4)))
+    w = S.weight(np.ones((4, 4), np.float32))
+    scaled = S.add("mul", [w, S.weight(np.full((), 0.5, np.float32))])[0]  # computed in the first region
+    y = S.add("relu", [S.add("tanh", [x])[0]])[0]
+    z = S.add("matmul", [y, scaled])[0]
+    g = TensorGraph(S, [z])
+    matmul = next(n.id for n in g.ops() if n.op == "matmul")
+    sub, placeholders, _ = _region_graph(g, {matmul})
+    names = [n.attrs.get("name", "") for n in sub.inputs()]
+    assert [x for x in names if x.startswith(PLACEHOLDER)] == [f"{PLACEHOLDER}{y[0]}_0"]  # y only
+    assert sub.is_weight_only(next(n for n in sub.topo_order() if n.op == "matmul").inputs[1])

@@ -2,8 +2,8 @@
 linearly with model size, then splice each region's best rewrite back.
 
 A region is a run of consecutive operators in topological order. Its inputs produced outside it become
-placeholder inputs (weights stay weights, so rules that need a weight still see one); its outputs are the tensors
-used after it. A second pass with boundaries shifted by half a region catches patterns that straddle a cut.
+placeholder inputs (weights, and values computed from weights alone, stay as they are, so rules that need a weight
+still see one); its outputs are the tensors used after it. A second pass with boundaries shifted by half a region catches patterns that straddle a cut.
 
 A graph that repeats itself (the layers of a transformer) is cut at whole periods, so that its regions repeat too; a
 region structurally identical to one searched before (same operators, attributes, types and wiring, same values of
@@ -35,9 +35,12 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
     cons = graph.consumers()
     order = [n for n in graph.topo_order() if n.id in members]
     boundary: dict = {}
+    memo: dict = {}
     for n in order:
         for ref in n.inputs:
-            if ref[0] not in members and store.nodes[ref[0]].op != "weight" and ref not in boundary:
+            # a weight, or a value computed from weights alone (a scale folded into a projection's weight), comes
+            # into the region as it is: rules that need a weight must see one, whichever region computed it
+            if ref[0] not in members and ref not in boundary and not graph.is_weight_only(ref, memo):
                 boundary[ref] = store.input(f"{PLACEHOLDER}{ref[0]}_{ref[1]}", store.type(ref))
     outputs = []
     for n in order:
