@@ -182,8 +182,9 @@ CRASH_DIR_ENV = "TASO_TVM_CRASH_DIR"
 
 
 def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
-    """Write the traceback to crash-<time>-<pid>.txt under $TASO_TVM_CRASH_DIR, ~/.cache/taso_tvm or the temp
-    dir (the first that can be written); returns its path (or a note that none could be)."""
+    """Write the traceback to crash-<time>-<pid>.txt under $TASO_TVM_CRASH_DIR, ~/.cache/taso_tvm or a private
+    folder made by `tempfile.mkdtemp` (the first that can be written); returns its path (or a note that none
+    could be)."""
     import os
     import platform
     import tempfile
@@ -193,12 +194,14 @@ def _save_crash(err: BaseException, argv: Sequence[str]) -> str:
     text = (f"taso-tvm {' '.join(argv)}\npython {platform.python_version()} on {platform.platform()}\n\n"
             + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**9:09d}.txt"
-    for folder in (os.environ.get(CRASH_DIR_ENV), os.path.expanduser("~/.cache/taso_tvm"), tempfile.gettempdir()):
+    private = object()  # the last resort: a folder of our own in the temp dir, never a guessable name there
+    for folder in (os.environ.get(CRASH_DIR_ENV), os.path.expanduser("~/.cache/taso_tvm"), private):
         if not folder:
             continue
         try:
             from ..fileio import atomic_write_text
 
+            folder = tempfile.mkdtemp(prefix="taso_tvm_crash_") if folder is private else folder
             os.makedirs(folder, exist_ok=True)
             path = os.path.join(folder, name)
             atomic_write_text(path, text)

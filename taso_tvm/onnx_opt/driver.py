@@ -308,11 +308,11 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             if replacements:
                 with phase("splicing", into=report.phases, label="splice"):
                     result = restore_shape_reads(splice(model, replacements), moved)
+    check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     if not standard_ops:
         result = fuse_embed_positions(result)[0]  # positions sliced to the run-time length
         with phase("padding masks", into=report.phases, label="splice"):  # attention biases that are a 2-D mask
-            result = fuse_padding_masks(result, [feeds_at(model, f.binding, inputs, seed + 2) for f in prep.folded],
-                                        seed, threads)[0]
+            result = fuse_padding_masks(result, check_feeds, seed, threads)[0]
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         with phase("folding", into=report.phases):
@@ -323,7 +323,6 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             folded, report.folded_nodes = fold_into(result if result is not model else users_model, consts)
         if report.folded_nodes:
             result = folded
-    check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     wants = None  # the user's model's outputs on check_feeds: computed once, compared with every candidate
     sessions = _Sessions(threads)  # the whole models' sessions: made once for the checks and the guard
     if result is not model and check:

@@ -49,9 +49,9 @@ def _bias_readers(view: GraphView) -> dict[str, list[onnx.NodeProto]]:
     return out
 
 
-def _value_sources(view: GraphView, name: str) -> tuple[set[str], list[onnx.NodeProto]]:
-    """(the graph inputs `name` depends on by value, the nodes that compute it); a Shape node's input counts for
-    its shape only. Nodes with subgraphs count as reading every input."""
+def _ancestors(view: GraphView, name: str, by_value: bool) -> tuple[set[str], list[onnx.NodeProto], set[str]]:
+    """(the graph inputs `name` depends on, the nodes that compute it, every tensor name met). `by_value`: a Shape
+    node's input counts for its shape only (not followed), and a node with subgraphs reads "" (anything)."""
     inputs, nodes, seen, stack = set(), [], set(), [name]
     while stack:
         x = stack.pop()
@@ -65,12 +65,12 @@ def _value_sources(view: GraphView, name: str) -> tuple[set[str], list[onnx.Node
         if n is None:
             continue
         nodes.append(n)
-        if n.op_type == "Shape" and n.domain in ("", "ai.onnx"):
+        if by_value and n.op_type == "Shape" and n.domain in ("", "ai.onnx"):
             continue
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+        if by_value and any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
             inputs.add("")  # a subgraph may read anything: not matched
         stack.extend(n.input)
-    return inputs, nodes
+    return inputs, nodes, seen
 
 
 def _test_masks(shape: tuple, dtype: np.dtype, rng: np.random.Generator) -> list[np.ndarray]:
@@ -107,25 +107,14 @@ def _filter_value(bias: np.ndarray, mask: np.ndarray) -> Optional[float]:
 def _probe(model: onnx.ModelProto, view: GraphView, name: str) -> onnx.ModelProto:
     """The model cut down to what computes `name` (its output): the nodes it needs, shapes included, their
     initializers and the graph inputs they read."""
-    need, stack, seen = [], [name], set()
-    while stack:
-        x = stack.pop()
-        if not x or x in seen:
-            continue
-        seen.add(x)
-        n = view.prod.get(x)
-        if n is not None:
-            need.append(n)
-            stack.extend(n.input)
+    _, need, seen = _ancestors(view, name, by_value=False)
     keep = {id(n) for n in need}
     g = model.graph
-    nodes = [n for n in g.node if id(n) in keep]
-    inits = [t for t in g.initializer if t.name in seen]
-    inputs = [vi for vi in g.input if vi.name in seen and vi.name not in view.inits]
-    graph = helper.make_graph(nodes, "attention_mask_chain", inputs, [helper.make_empty_tensor_value_info(name)],
-                              inits)
-    probe = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    return probe
+    graph = helper.make_graph([n for n in g.node if id(n) in keep], "attention_mask_chain",
+                              [vi for vi in g.input if vi.name in seen and vi.name not in view.inits],
+                              [helper.make_empty_tensor_value_info(name)],
+                              [t for t in g.initializer if t.name in seen])
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def _identify(model: onnx.ModelProto, view: GraphView, bias: str, feeds: Sequence[dict], seed: int,
@@ -133,7 +122,7 @@ def _identify(model: onnx.ModelProto, view: GraphView, bias: str, feeds: Sequenc
     """(mask input, c, the chain's nodes) where `bias` is a padding mask of one graph input at every binding."""
     from ..runtime.check import CheckError, CheckFailed, run_session, session
 
-    sources, chain = _value_sources(view, bias)
+    sources, chain, _ = _ancestors(view, bias, by_value=True)
     if len(sources) != 1 or "" in sources:
         return None
     mask = next(iter(sources))
@@ -170,7 +159,7 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
     for bias, nodes in readers.items():
         got = _identify(model, view, bias, feeds, seed, threads)
         if got is not None:
-            found.append((bias, [n.name or n.output[0] for n in nodes], got))
+            found.append((bias, {n.output[0] for n in nodes}, got))
     if not found:
         return model, 0
     out = onnx.ModelProto()
@@ -178,7 +167,7 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
     g = out.graph
     casts: dict[str, str] = {}
     chains, changed = [], 0
-    for bias, names, (mask, c, chain) in found:
+    for bias, outs, (mask, c, chain) in found:
         if mask not in casts:  # nonzero -> 1 (ONNX Runtime keeps a position whose mask is > 0, the bias any != 0)
             casts[mask] = fresh_name(g, f"taso_mask/{mask}_int32_")
             bits = mask
@@ -188,7 +177,7 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
             g.node.insert(1 if bits != mask else 0, helper.make_node("Cast", [bits], [casts[mask]], name=casts[mask],
                                                                      to=TensorProto.INT32))
         for n in g.node:
-            if n.domain != MS or n.op_type not in MASK_SLOTS or (n.name or n.output[0]) not in names:
+            if n.domain != MS or n.op_type not in MASK_SLOTS or n.output[0] not in outs:
                 continue
             m_slot, b_slot = MASK_SLOTS[n.op_type]
             ins = list(n.input) + [""] * max(0, m_slot + 1 - len(n.input))

@@ -35,12 +35,13 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
     cons = graph.consumers()
     order = [n for n in graph.topo_order() if n.id in members]
     boundary: dict = {}
-    memo: dict = {}
+    weights = graph.weight_only_ids()  # (cached on the graph)
     for n in order:
         for ref in n.inputs:
             # a weight, or a value computed from weights alone (a scale folded into a projection's weight), comes
             # into the region as it is: rules that need a weight must see one, whichever region computed it
-            if ref[0] not in members and ref not in boundary and not graph.is_weight_only(ref, memo):
+            if ref[0] not in members and ref not in boundary and ref[0] not in weights \
+                    and store.nodes[ref[0]].op != "weight":
                 boundary[ref] = store.input(f"{PLACEHOLDER}{ref[0]}_{ref[1]}", store.type(ref))
     outputs = []
     for n in order:
