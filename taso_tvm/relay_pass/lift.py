@@ -20,7 +20,7 @@ from tvm import relax
 from tvm.ir import GenericConst
 
 from ..graph import GraphError, NodeStore, TensorGraph, TensorType
-from ..graph.ops import RELAX_TO_OP
+from ..graph.ops import RELAX_TO_OP, get_op
 from ..graph.ops.gather_form import gather_form, raw_indices
 from ..graph.ops.relax_util import tensor_type
 
@@ -128,10 +128,16 @@ class _Lifter:
         opdef = RELAX_TO_OP.get(op) if isinstance(op, str) else None
         if opdef is None or opdef.lift is None:
             return False
+        if opdef.name == "take":  # the frontend's Gather of a constant index: the index itself (pick, see slice.py)
+            raw = raw_indices(call, self.bound.get)
+            if isinstance(raw, GenericConst) and call.attrs.axis is not None:
+                call = relax.op.take(call.args[0], raw, axis=int(call.attrs.axis), mode=str(call.attrs.mode))
         lifted = opdef.lift(call)
         if lifted is None:
             return False
-        args, attrs = lifted
+        args, attrs = lifted[0], lifted[1]
+        if len(lifted) > 2:  # the call lifts as another registered operator (take of a scalar index: pick)
+            opdef = get_op(lifted[2])
         if opdef.name == "take":
             ids = raw_indices(call, self.bound.get)
             args = args if ids is None else [args[0], ids]

@@ -94,6 +94,10 @@ register_facet("split", AXIS_ATTR, "axis")
 register_facet("split", MULTI_OUTPUT, True)
 register_facet("skip_layernorm_sum", MULTI_OUTPUT, True)  # graph/ops/fused_norm.py: the norm and the sum
 register_facet("split", DOMAINS, {"axis": "axis", "sizes": "partition"})
+register_facet("slice", AXIS_ATTR, "axis")  # graph/ops/slice.py
+register_facet("slice", DOMAINS, {"axis": "axis", "begin": (0, 1, -1), "end": (1, 2, -1)})
+register_facet("pick", AXIS_ATTR, "axis")
+register_facet("pick", DOMAINS, {"axis": "axis", "index": (0, 1, -1)})
 register_facet("transpose", DOMAINS, {"perm": "perm"})
 register_facet("reshape", DOMAINS, {"shape": "reshape"})
 

@@ -171,35 +171,39 @@ def _settle(settle: SettleFn, graph: TensorGraph, start_cost: float, best: Tenso
 
 
 NORMALIZE = "normalize"  # the family of rules applied eagerly, whatever they cost: they bring exporters' forms to one
+DEAD_ROWS = "dead_rows"  # also eager: a slice moved towards the inputs, so no operator computes rows nothing reads
+EAGER_FAMILIES = (NORMALIZE, DEAD_ROWS)
 
 
 _NORMALIZE_SETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> its normalize rules
 
 
 def _normalize_rules(rules: RuleSource) -> RuleSource:
-    """The `normalize` family of a rule set as a rule set of its own (same class, same order), so that each step
-    matches those rules only; `rules` itself where it is not a set of rules (a test's stand-in)."""
+    """The eager families (`normalize`, `dead_rows`) of a rule set as a rule set of its own (same class, same
+    order), so that each step matches those rules only; `rules` itself where it is not a set of rules (a test's stand-in)."""
     members = getattr(rules, "rules", None)
     if not isinstance(members, tuple):
         return rules
     try:
         hit = _NORMALIZE_SETS.get(rules)
         if hit is None:
-            hit = _NORMALIZE_SETS[rules] = type(rules)([r for r in members if getattr(r, "family", "") == NORMALIZE])
+            hit = _NORMALIZE_SETS[rules] = type(rules)([r for r in members
+                                                        if getattr(r, "family", "") in EAGER_FAMILIES])
     except TypeError:  # a rule set that cannot be weakly referenced or rebuilt from its rules
         return rules
     return hit
 
 
 def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[TensorGraph, tuple]:
-    """`graph` with the rules of family `normalize` applied while one applies (at most `max_steps`), and the names
-    of those applied. They are terminating by design (they remove operators or move a scalar factor towards the
-    inputs), so the normal form of a region does not depend on the order of the matches."""
+    """`graph` with the rules of the eager families (`normalize`, `dead_rows`) applied while one applies (at most
+    `max_steps`), and the names of those applied. They are terminating by design (they remove operators, move a
+    scalar factor or a slice towards the inputs), so the normal form of a region does not depend on the order of
+    the matches."""
     path: tuple = ()
     rules = _normalize_rules(rules)
     for _ in range(max_steps):
         for rule, match in rules.matches(graph):
-            if getattr(rule, "family", "") != NORMALIZE:
+            if getattr(rule, "family", "") not in EAGER_FAMILIES:
                 continue
             new = rules.apply(graph, rule, match)
             if new is not None and new != graph:

@@ -17,7 +17,9 @@ from ..types import GraphError, TensorType, freeze
 InferFn = Callable[[Sequence[TensorType], dict], list[TensorType]]  # (input types, attrs) -> output types
 NumpyFn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]  # (input arrays, attrs) -> output arrays
 Z3Fn = Callable[[Sequence[np.ndarray], dict], list[np.ndarray]]  # the same over object arrays of z3 expressions
-LiftFn = Callable[[Any], "Optional[tuple[list[Any], dict]]"]  # relax Call -> (tensor args, attrs); None: not liftable
+# relax Call -> (tensor args, attrs), or (tensor args, attrs, name of the registered operator it lifts as: one Relax
+# operator may lift as several of ours, e.g. `take` of a scalar index as `pick`); None: not liftable
+LiftFn = Callable[[Any], "Optional[tuple]"]
 # (block builder, relax exprs, attrs, input types) -> relax expr (a list of them for several outputs)
 LowerFn = Callable[[Any, Sequence[Any], dict, Sequence[TensorType]], Any]
 NormalizeFn = Callable[[dict, Sequence[TensorType]], dict]  # (attrs, input types) -> canonical attrs

@@ -14,6 +14,7 @@ from tvm import relax
 from .base import OpDef, register
 from .elementwise import z3_apply_n
 from .gather_form import normalized_indices
+from .slice import scalar_index_lift
 from ..types import GraphError, TensorType
 
 R = relax.op
@@ -67,8 +68,13 @@ def _take_z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     return [out]
 
 
-def _take_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
-    """A take in Relax's "fast" mode only: "clip" and "wrap" define indices out of [-rows, rows) as ONNX does not."""
+def _take_lift(call: relax.Call) -> Optional[tuple]:
+    """A take in Relax's "fast" mode only: "clip" and "wrap" define indices out of [-rows, rows) as ONNX does not.
+    A constant scalar index on another axis than 0 (a classifier's `hidden[:, 0]`) lifts as `pick`."""
+    if str(call.attrs.mode) == "fast":
+        picked = scalar_index_lift(call)
+        if picked is not None:
+            return picked[0], picked[1], "pick"
     axis = call.attrs.axis
     if axis is None or int(axis) != 0 or str(call.attrs.mode) != "fast":
         return None
