@@ -9,12 +9,13 @@ threads, all graph optimizations, thread spinning off for every session: `taso_t
 measured in the same run: ONNX Runtime's MatMul on 1024^3 fp32 gives the machine's GEMM peak, and each variant's
 FLOPs over its latency its share of it.
 
-    python benchmarks/bench_peers.py [NAMES] [--set peers|eager|real|zoo|all] [--seq 128 512] [--time-cap 60]
+    python benchmarks/bench_peers.py [NAMES] [--set peers|eager|classifiers|real|zoo|all] [--seq 128 512] [--time-cap 60]
         [--md benchmarks/results/peers.md] [--json benchmarks/results/peers.json] [--append] [--keep DIR]
 
 Models: `benchmarks/peers/make_peer_models.py` writes the transformers into `$TASO_TVM_PEER_MODELS` (default
 `~/.cache/taso_tvm/peer_models`); `--set peers` takes those exported without eager attention, `--set eager` the
-eager-attention exports (issue 28: the form ORT's optimizer was built for), `--set real` the committed real models
+eager-attention exports (issue 28: the form ORT's optimizer was built for), `--set classifiers` the sequence
+classifiers (issue 34: logits read from the [CLS] row), `--set real` the committed real models
 (tests/data/real_models), `--set zoo` the zoo's models. A tool that fails, or whose output does not load or differs,
 is a table entry saying so. A model with no sequence dim (ViT) keeps its own token count whatever `--seq` says.
 
@@ -115,9 +116,10 @@ def is_eager(entry: dict) -> bool:
 
 
 def manifest_models(folder: Path, kinds: Optional[set] = None,
-                    eager: Optional[bool] = None) -> list[Model]:
+                    eager: Optional[bool] = None, classifiers: Optional[bool] = False) -> list[Model]:
     """The models of a manifest.json; `kinds`: those with one of these kinds; `eager`: only the eager-attention
-    exports (True) or only the others (False)."""
+    exports (True) or only the others (False); `classifiers`: only the sequence classifiers (True, issue 34's set),
+    none of them (False), or both (None)."""
     man = folder / "manifest.json"
     if not man.exists():
         return []
@@ -126,6 +128,8 @@ def manifest_models(folder: Path, kinds: Optional[set] = None,
         if kinds and not kinds & set(e.get("kinds", [])):
             continue
         if eager is not None and is_eager(e) != eager:
+            continue
+        if classifiers is not None and ("classifier" in e.get("kinds", [])) != classifiers:
             continue
         seqs = e.get("seq") or sorted({v for d, vals in e.get("dims", {}).items() if d != "batch" for v in vals})[:1]
         cfg = e.get("source", {}).get("config", {})
@@ -430,8 +434,9 @@ def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("names", nargs="*", help="model names (default: all of the set), run in the order given; "
                    "NAME@128 or NAME@128,512: that model at these sequence lengths only (over --seq)")
-    p.add_argument("--set", default="peers", choices=["peers", "eager", "real", "zoo", "all"],
-                   help="peers: the exports without eager attention; eager: issue 28's eager-attention exports")
+    p.add_argument("--set", default="peers", choices=["peers", "eager", "classifiers", "real", "zoo", "all"],
+                   help="peers: the exports without eager attention; eager: issue 28's eager-attention exports; "
+                        "classifiers: issue 34's sequence classifiers")
     p.add_argument("--seq", type=int, nargs="*", help="sequence lengths (default: each model's own)")
     p.add_argument("--time-cap", type=float, default=60.0, help="seconds of alternating timing per row")
     p.add_argument("--guard-cap", type=float, default=20.0, help="taso-tvm's own never-slower timing cap")
@@ -445,7 +450,7 @@ def main(argv: Optional[list] = None) -> int:
                    help="more model folders with a manifest.json in make_peer_models.py's format (e.g. the paddle "
                         "encoders of benchmarks/peers/paddle_encoder.py); their models join the peers' set")
     a = p.parse_args(argv)
-    stem = "peers_eager" if a.set == "eager" else "peers"
+    stem = {"eager": "peers_eager", "classifiers": "peers_classifiers"}.get(a.set, "peers")
     a.md = a.md or ROOT / "benchmarks" / "results" / f"{stem}.md"
     a.json = a.json or ROOT / "benchmarks" / "results" / f"{stem}.json"
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -457,11 +462,13 @@ def main(argv: Optional[list] = None) -> int:
         if a.set in ("peers", "all"):
             models += manifest_models(peer_dir, eager=None if a.set == "all" else False)
             for folder in a.models_dir:
-                models += manifest_models(folder)
+                models += manifest_models(folder, classifiers=None)
         if a.set == "eager":
             models += manifest_models(peer_dir, eager=True)
+        if a.set in ("classifiers", "all"):
+            models += manifest_models(peer_dir, classifiers=True)
         if a.set in ("real", "all"):
-            models += manifest_models(ROOT / "tests" / "data" / "real_models")
+            models += manifest_models(ROOT / "tests" / "data" / "real_models", classifiers=None)
         if a.set in ("zoo", "all"):
             models += zoo_models(work)
         plan = [(m, None) for m in models]  # (model, its sequence lengths when the name gave them)

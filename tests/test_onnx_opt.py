@@ -170,8 +170,10 @@ def test_rewrites_must_beat_the_folding_alone():
     names = [lat.name for lat in t.latencies]
     assert names[:3] == ["original", "optimized", "folded"] and set(names) <= {"original", "optimized", "folded",
                                                                              "onnxsim"}
-    if report.accepted:  # written with its rewrites: then they beat the original and were the fastest
-        assert t.verdict == "faster" and all(t.between(i, 1).ratio <= 1.0 for i in range(2, len(names)))
+    if report.accepted:  # written with its rewrites: then they beat the original and had the lowest median (the
+        # guard's own choice; the median of the per-round ratios, a different statistic, may fall either side of 1)
+        assert t.verdict == "faster"
+        assert all(t.latencies[1].median <= t.latencies[i].median for i in range(2, len(names)))
     else:
         assert report.decision.split(":")[0] in ("original", "optimized", "onnxsim")
         assert len(out.graph.node) <= len(m.graph.node)

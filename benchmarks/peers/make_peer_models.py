@@ -15,6 +15,9 @@ It needs torch and transformers, which the project does not depend on (and onnxs
     /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--set eager]
         [--skip-existing] [--out DIR]
 
+`--set classifiers`: issue 34's sequence classifiers (BERT at MiniLM-L2, -L6 and BERT-base shapes, eager and sdpa
+attention, both exporters; RoBERTa and DistilBERT): the logits, read from the [CLS] row through the pooler.
+
 `--set eager`: issue 28's eager-attention exports only (`EAGER`: MiniLM-L3/L6, BERT-base, DistilBERT, RoBERTa,
 GPT-2 small, ViT-base; legacy exporter at opsets 14 and 17, the BERT family with and without token_type_ids, the
 dynamo exporter at opset 17 for MiniLM-L6 and BERT-base; about 5.3 GB, 10 minutes on 2 cores). The dynamo exporter
@@ -60,6 +63,7 @@ class Spec(NamedTuple):
     opset: Optional[int] = None  # None: 17 for the legacy exporter, the dynamo exporter's own default
     token_types: bool = False  # (BERT family) token_type_ids as a third input
     eager: bool = False  # attn_implementation="eager" (the form optimum's exports and most hub files have)
+    classifier: bool = False  # ...ForSequenceClassification: the logits (read from the [CLS] row), not the hidden state
 
 
 MODELS = {
@@ -98,6 +102,33 @@ def _eager_set() -> dict:
 
 EAGER = _eager_set()
 MODELS.update(EAGER)
+
+MINILM_L2 = dict(hidden_size=384, num_hidden_layers=2, num_attention_heads=12, intermediate_size=1536)
+BERT_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128,
+                 max_position_embeddings=64)  # the tests' copies (tests/data/classifiers, a few hundred KB)
+
+
+def _classifier_set() -> dict:
+    """Sequence classifiers (issue 34: cross-encoders, rerankers, NLI): the logits read from the [CLS] row of the
+    last hidden state through the pooler. BERT at MiniLM-L2, -L6 and BERT-base shapes, RoBERTa and DistilBERT at
+    base shape; eager attention (the cross-encoders on hubs) and transformers' default sdpa; the TorchScript exporter
+    at opset 17 and the dynamo exporter."""
+    out = {}
+    for name, cfg in (("minilm_l2", MINILM_L2), ("minilm_l6", MINILM_L6), ("bert_base", BERT_BASE)):
+        out[f"{name}_cls_eager_op17"] = Spec("bert", "legacy", cfg, "bert", [128, 256, 512], 17, True, True, True)
+        out[f"{name}_cls_sdpa_op17"] = Spec("bert", "legacy", cfg, "bert", [128, 256, 512], 17, True, False, True)
+        out[f"{name}_cls_eager_dynamo"] = Spec("bert", "dynamo", cfg, "bert", [128, 256, 512], 17, True, True, True)
+    for exporter, suffix in (("legacy", "op17"), ("dynamo", "dynamo")):
+        out[f"bert_tiny_cls_eager_{suffix}"] = Spec("bert", exporter, BERT_TINY, "bert", [16, 32], 17, True, True, True)
+    out["roberta_base_cls_eager_op17"] = Spec("roberta", "legacy", ROBERTA_BASE, "bert", [128, 512], 17, False, True,
+                                              True)
+    out["distilbert_cls_eager_op17"] = Spec("distilbert", "legacy", DISTILBERT, "bert", [128, 512], 17, False, True,
+                                            True)
+    return out
+
+
+CLASSIFIERS = _classifier_set()
+MODELS.update(CLASSIFIERS)
 
 
 def default_out() -> Path:
@@ -149,6 +180,17 @@ def _module(spec: Spec):
             return self.m(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
 
+    class Logits(Wrap):  # a sequence classifier: its logits
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    class LogitsTypes(Wrap):
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    if spec.classifier:
+        IdsMask, IdsMaskTypes = Logits, LogitsTypes  # noqa: N806 (the same inputs, the logits out)
+
     if family == "vit":
         m = tf.ViTModel(tf.ViTConfig(**cfg, **attn), add_pooling_layer=False)
         size = cfg["image_size"]
@@ -176,13 +218,17 @@ def _module(spec: Spec):
                       "pattern": "padding_mask"})
         return IdsMask(m).eval(), ex, specs, cfg["n_head"], cfg["n_embd"]
     if family == "distilbert":
-        m = tf.DistilBertModel(tf.DistilBertConfig(**cfg, **attn))
+        conf = tf.DistilBertConfig(**cfg, **attn)
+        m = tf.DistilBertForSequenceClassification(conf) if spec.classifier else tf.DistilBertModel(conf)
         heads, hidden = cfg["n_heads"], cfg["dim"]
     elif family == "roberta":
-        m = tf.RobertaModel(tf.RobertaConfig(**cfg, **attn), add_pooling_layer=False)
+        conf = tf.RobertaConfig(**cfg, **attn)
+        m = tf.RobertaForSequenceClassification(conf) if spec.classifier else \
+            tf.RobertaModel(conf, add_pooling_layer=False)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     else:
-        m = tf.BertModel(tf.BertConfig(**cfg, **attn), add_pooling_layer=False)
+        conf = tf.BertConfig(**cfg, **attn)
+        m = tf.BertForSequenceClassification(conf) if spec.classifier else tf.BertModel(conf, add_pooling_layer=False)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     vocab = m.config.vocab_size
     ex = (torch.randint(0, vocab, (1, 16)), torch.ones(1, 16, dtype=torch.long))
@@ -209,15 +255,16 @@ def export(name: str, out: Path) -> dict:
     _like_trained(module)
     path = out / f"{name}.onnx"
     names = [s["name"] for s in specs]
+    output = "logits" if spec.classifier else "last_hidden_state"
     if exporter == "dynamo":
         dims = {"batch": torch.export.Dim.DYNAMIC, "sequence": torch.export.Dim.DYNAMIC}
         dyn = tuple({i: dims[d] for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs)
         extra = {"opset_version": spec.opset} if spec.opset else {}
-        torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
+        torch.onnx.export(module, example, str(path), input_names=names, output_names=[output],
                           dynamic_shapes=dyn, dynamo=True, external_data=False, **extra)
     else:
         axes = {s["name"]: {i: d for i, d in enumerate(s["shape"]) if isinstance(d, str)} for s in specs}
-        torch.onnx.export(module, example, str(path), input_names=names, output_names=["last_hidden_state"],
+        torch.onnx.export(module, example, str(path), input_names=names, output_names=[output],
                           dynamic_axes=axes, opset_version=spec.opset or 17, dynamo=False)
     model = onnx.load(str(path))
     if exporter == "dynamo":  # the stack traces name the exporting machine's paths
@@ -238,7 +285,8 @@ def export(name: str, out: Path) -> dict:
     else:
         source_package = "transformers"
     kinds = ["transformer", family] + (["eager"] if spec.eager else []) + (["token_types"] if spec.token_types
-                                                                           else [])
+                                                                           else []) + \
+        (["classifier"] if spec.classifier else [])
     entry = {"name": name, "file": path.name, "set": "peers",
              "source": {"package": source_package, "version": transformers.__version__,
                         "config": dict(cfg, arch=type(getattr(module, "m", module)).__name__,
@@ -246,7 +294,7 @@ def export(name: str, out: Path) -> dict:
                         "parameters": int(sum(p.numel() for p in module.parameters()))},
              "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
              "opset": opset, "ir_version": model.ir_version, "inputs": [dict(s, file_shape=s["shape"]) for s in specs],
-             "outputs": ["last_hidden_state"], "dims": dims, "kinds": kinds,
+             "outputs": [output], "dims": dims, "kinds": kinds,
              "model_type": spec.model_type, "num_heads": heads, "hidden_size": hidden, "seq": spec.seqs,
              "encoder": family not in ("gpt2", "gpt2_blocks"),
              "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -286,8 +334,9 @@ def _check(path: Path, module, specs: list, dims: dict) -> None:
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="*", help=f"models to export (default all: {', '.join(MODELS)})")
-    p.add_argument("--set", choices=["all", "eager"], default="all",
-                   help="eager: the eager-attention exports only (issue 28)")
+    p.add_argument("--set", choices=["all", "eager", "classifiers"], default="all",
+                   help="eager: the eager-attention exports only (issue 28); classifiers: the sequence classifiers "
+                        "(issue 34)")
     p.add_argument("--skip-existing", action="store_true",
                    help="keep models already in the manifest whose file is there with the listed size")
     p.add_argument("--out", type=Path, default=default_out())
@@ -296,7 +345,7 @@ def main(argv: Optional[list] = None) -> int:
     man_path = a.out / "manifest.json"
     entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
     failed = []
-    for name in a.only or list(EAGER if a.set == "eager" else MODELS):
+    for name in a.only or list({"eager": EAGER, "classifiers": CLASSIFIERS}.get(a.set, MODELS)):
         e = entries.get(name)
         if a.skip_existing and e and (a.out / e["file"]).exists() and (a.out / e["file"]).stat().st_size == e["bytes"]:
             print(f"{name}: already exported", flush=True)

@@ -18,6 +18,7 @@ from tvm import relax
 from tvm.ir import GenericConst
 
 from .base import OpDef, register
+from .gather_form import normalized_indices
 from ..types import GraphError, TensorType, normalize_axis
 
 R = relax.op
@@ -105,8 +106,12 @@ def _pick_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
 
 
 def _pick_lower(bb: Any, args: Sequence[Any], a: dict, t: Sequence[TensorType]) -> Any:
-    dim = int(t[0].shape[a["axis"]])
-    return R.take(args[0], relax.const(a["index"] % dim, "int64"), axis=a["axis"])
+    """A negative index in the frontend's form of ONNX Gather (gather_form.py), so that the exporter writes the
+    index as given (the last row at every length), not this binding's position."""
+    i = a["index"]
+    ids = relax.const(i, "int64") if i >= 0 else normalized_indices(bb, relax.const(i, "int64"),
+                                                                      int(t[0].shape[a["axis"]]), "int64")
+    return R.take(args[0], ids, axis=a["axis"])
 
 
 def scalar_index_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
