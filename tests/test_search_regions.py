@@ -132,3 +132,24 @@ def test_a_weight_expression_from_another_region_stays_a_weight():
     names = [n.attrs.get("name", "") for n in sub.inputs()]
     assert [x for x in names if x.startswith(PLACEHOLDER)] == [f"{PLACEHOLDER}{y[0]}_0"]  # y only
     assert sub.is_weight_only(next(n for n in sub.topo_order() if n.op == "matmul").inputs[1])
+
+
+def test_every_layer_fuses_when_the_graph_is_cut_into_runs():
+    """A 4-layer encoder searched in runs of about one layer, with a budget of one expansion: the normal form folds
+    the attention scale into each layer's projection weights (values of weights alone, which the topological order
+    puts among the first layer's operators), yet the repeat is found on the run-time operators, the runs are cut
+    where only the residual stream crosses, and the fusing phase fuses every layer's attention."""
+    from collections import Counter
+
+    from taso_tvm import load_onnx, zoo
+    from taso_tvm.cost import CostModel, load_cost_config
+    from taso_tvm.relay_pass.lift import lift_function
+    from taso_tvm.rules import load_rules
+    from taso_tvm.search import SearchConfig, optimize_graph
+
+    model = zoo.get_model("bert", layers=4, seq_len=16, hidden=32, heads=4, ffn=64)
+    graph = lift_function(load_onnx(model)["main"])[0].graph
+    cost = CostModel(load_cost_config(backend="analytic", cache=""))
+    best, stats = optimize_graph(graph, load_rules(), cost, SearchConfig(budget=1, region_size=32))
+    ops = Counter(n.op for n in best.topo_order())
+    assert ops["attention"] + ops["mha"] == 4 and ops["softmax"] == 0, ops

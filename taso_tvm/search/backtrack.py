@@ -92,6 +92,10 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     # stays the answer unless something cheaper is found
     root, root_path = normalize(graph, rules, cfg.normalize_steps) if budget > 0 else (graph, ())
     root_cost = start_cost if root is graph else cost(root)
+    if budget > 0 and cfg.fuse_steps:  # then every fusion the cost model accepts, before the budget is spent
+        root, root_cost, fused = fuse(root, root_cost, rules, cost, cfg.fuse_steps, max_ops, deadline, prefetch,
+                                      band)
+        root_path += fused
     best, best_cost, best_path = root, root_cost, root_path
     counter = itertools.count()
     heap = [(_priority(root_cost, root, band), next(counter), root_cost, root, root_path)]
@@ -175,20 +179,24 @@ DEAD_ROWS = "dead_rows"  # also eager: a slice moved towards the inputs, so no o
 EAGER_FAMILIES = (NORMALIZE, DEAD_ROWS)
 
 
-_NORMALIZE_SETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> its normalize rules
+FUSING_FAMILIES = ("attention", "layernorm", "gelu")  # rewrites into the runtime's fused operators (`fuse`)
+
+_FAMILY_SETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> {families: its rules of them}
 
 
-def _normalize_rules(rules: RuleSource) -> RuleSource:
-    """The eager families (`normalize`, `dead_rows`) of a rule set as a rule set of its own (same class, same
-    order), so that each step matches those rules only; `rules` itself where it is not a set of rules (a test's stand-in)."""
+def _family_rules(rules: RuleSource, families: tuple) -> RuleSource:
+    """The rules of `families` of a rule set as a rule set of its own (same class, same order), so that each step
+    matches those rules only; `rules` itself where it is not a set of rules (a test's stand-in)."""
     members = getattr(rules, "rules", None)
     if not isinstance(members, tuple):
         return rules
     try:
-        hit = _NORMALIZE_SETS.get(rules)
+        sets = _FAMILY_SETS.get(rules)
+        if sets is None:
+            sets = _FAMILY_SETS[rules] = {}
+        hit = sets.get(families)
         if hit is None:
-            hit = _NORMALIZE_SETS[rules] = type(rules)([r for r in members
-                                                        if getattr(r, "family", "") in EAGER_FAMILIES])
+            hit = sets[families] = type(rules)([r for r in members if getattr(r, "family", "") in families])
     except TypeError:  # a rule set that cannot be weakly referenced or rebuilt from its rules
         return rules
     return hit
@@ -200,7 +208,7 @@ def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[Te
     scalar factor or a slice towards the inputs), so the normal form of a region does not depend on the order of
     the matches."""
     path: tuple = ()
-    rules = _normalize_rules(rules)
+    rules = _family_rules(rules, EAGER_FAMILIES)
     for _ in range(max_steps):
         for rule, match in rules.matches(graph):
             if getattr(rule, "family", "") not in EAGER_FAMILIES:
@@ -212,6 +220,41 @@ def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[Te
         else:
             break
     return graph, path
+
+
+def fuse(graph: TensorGraph, graph_cost: float, rules: RuleSource, cost: CostFn, max_steps: int, max_ops: int,
+         deadline: Optional[float] = None, prefetch: Optional[Callable[[list], None]] = None,
+         band: float = 0.0) -> tuple[TensorGraph, float, tuple]:
+    """(graph, cost, rules applied) after the rewrites of the fusing families (`FUSING_FAMILIES`) taken one at a
+    time, each step the one the cost model prefers (`_better`: cheaper, or within the noise band with fewer
+    operators), while one is (at most `max_steps`). Every layer a verified rule can fuse is fused before the
+    budgeted search, wherever it sits in the region: the budget no longer decides which layers are."""
+    fusing = _family_rules(rules, FUSING_FAMILIES)
+    path: tuple = ()
+    for _ in range(max_steps):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        fresh = []
+        for rule, match in fusing.matches(graph):
+            if getattr(rule, "family", "") not in FUSING_FAMILIES:
+                continue
+            new = fusing.apply(graph, rule, match)
+            if new is not None and new != graph and new.num_runtime_ops <= max_ops:
+                fresh.append((rule, new))
+        if not fresh:
+            break
+        if prefetch is not None:
+            prefetch([new for _, new in fresh])
+        step = None
+        for rule, new in fresh:
+            nc = cost(new)
+            if _better(nc, new, graph_cost if step is None else step[0], graph if step is None else step[1], band):
+                step = (nc, new, rule)
+        if step is None:
+            break
+        log.info("fuse: cost %.4g -> %.4g (%s)", graph_cost, step[0], step[2].name)
+        graph_cost, graph, path = step[0], step[1], path + (step[2].name,)
+    return graph, graph_cost, path
 
 
 def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph, band: float = 0.0) -> bool:

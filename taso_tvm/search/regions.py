@@ -83,16 +83,45 @@ def period(keys: list, size: int) -> tuple[int, int]:
     return 0, 0
 
 
+def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
+    """The position in [start, start + p) where a cut before that operator is crossed by the fewest tensors
+    computed at run time (weights and values of weights alone cost nothing): between two layers of a transformer
+    only the residual stream (and a mask read by every layer) crosses, while a cut inside a layer also cuts its
+    attention's projections from their product, a pattern no region then holds whole."""
+    pos = {nid: i for i, nid in enumerate(ops)}
+    weights = graph.weight_only_ids()
+    reads: dict = {}  # a run-time tensor -> (its producer's position, its first and last readers', its readers)
+    for i, nid in enumerate(ops):
+        for ref in graph.node(nid).inputs:
+            j = pos.get(ref[0])
+            if j is not None and ref[0] not in weights:
+                _, first, last, n = reads.get(ref, (j, i, i, 0))
+                reads[ref] = (j, min(i, first), max(i, last), n + 1)
+    best, best_key = start, None
+    for c in range(start, min(start + p, len(ops))):  # 0: the runs start with the graph, nothing crosses
+        crossing = [(f, n) for j, f, k, n in reads.values() if j < c <= k]
+        # fewest tensors whose readers the cut parts (matmuls sharing an input, which a merge needs together), then
+        # fewest tensors, then fewest read once (a tensor with one reader is inside a chain: an add and its layer
+        # norm, a fusion's pattern; one read by several is where a layer hands over: the residual stream)
+        key = (sum(1 for f, _ in crossing if f < c), len(crossing), sum(1 for _, n in crossing if n == 1))
+        if best_key is None or key < best_key:
+            best, best_key = c, key
+    return best
+
+
 def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
     """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0). A repeating graph
-    (`period`) is cut at whole periods instead: runs of as many periods as fit in `size`, from where the repeat
-    starts (`offset` > 0: shifted by half a run)."""
+    (`period`) is cut at whole periods instead: runs of as many periods as fit in `size`, cut where the fewest
+    tensors cross within the first period (`_narrowest_cut`: between layers; `offset` > 0: shifted by half a
+    run)."""
     ops, keys = _op_keys(graph)
-    p, start = period(keys, size)
-    if p:
+    weights = graph.weight_only_ids()
+    live = [i for i, nid in enumerate(ops) if nid not in weights]  # the repeat is in what runs: values of weights
+    p, start = period([keys[i] for i in live], size)  # alone (a scale folded into each layer's weight) are ordered
+    if p:  # wherever the topological order puts them, often all in the first layer
         run = p * max(1, size // p)
-        phase = (start + (run // 2 if offset else 0)) % run
-        cuts = [c for c in range(phase, len(ops), run) if c > 0]
+        phase = (_narrowest_cut(graph, [ops[i] for i in live], start, p) + (run // 2 if offset else 0)) % run
+        cuts = [live[c] for c in range(phase, len(live), run) if c > 0]
     else:
         cuts = list(range(offset if offset else size, len(ops), size))
     bounds = [0] + cuts + [len(ops)]
