@@ -84,10 +84,10 @@ def period(keys: list, size: int) -> tuple[int, int]:
 
 
 def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
-    """The position in [start, start + p) where a cut before that operator is crossed by the fewest tensors
-    computed at run time (weights and values of weights alone cost nothing): between two layers of a transformer
-    only the residual stream (and a mask read by every layer) crosses, while a cut inside a layer also cuts its
-    attention's projections from their product, a pattern no region then holds whole."""
+    """The phase in [start, start + p) whose cuts (before that operator, and whole periods after it) are crossed by
+    the fewest tensors computed at run time (weights and values of weights alone cost nothing): between two layers
+    of a transformer only the residual stream (and a mask read by every layer) crosses, while a cut inside a layer
+    also cuts its attention's projections from their product, a pattern no region then holds whole."""
     pos = {nid: i for i, nid in enumerate(ops)}
     weights = graph.weight_only_ids()
     reads: dict = {}  # a run-time tensor -> (its producer's position, its first and last readers', its readers)
@@ -97,13 +97,17 @@ def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
             if j is not None and ref[0] not in weights:
                 _, first, last, n = reads.get(ref, (j, i, i, 0))
                 reads[ref] = (j, min(i, first), max(i, last), n + 1)
-    best, best_key = start, None
-    for c in range(start, min(start + p, len(ops))):  # 0: the runs start with the graph, nothing crosses
+    def cut_key(c: int) -> tuple:
         crossing = [(f, n) for j, f, k, n in reads.values() if j < c <= k]
         # fewest tensors whose readers the cut parts (matmuls sharing an input, which a merge needs together), then
         # fewest tensors, then fewest read once (a tensor with one reader is inside a chain: an add and its layer
         # norm, a fusion's pattern; one read by several is where a layer hands over: the residual stream)
-        key = (sum(1 for f, _ in crossing if f < c), len(crossing), sum(1 for _, n in crossing if n == 1))
+        return sum(1 for f, _ in crossing if f < c), len(crossing), sum(1 for _, n in crossing if n == 1)
+
+    best, best_key = start, None
+    for c in range(start, min(start + p, len(ops))):  # each phase judged a few periods in, where every layer
+        at = [q for q in (c + p, c + 2 * p, c + 3 * p) if q < len(ops)] or [c]  # looks alike (near the graph's
+        key = tuple(map(sum, zip(*(cut_key(q) for q in at))))  # inputs fewer tensors cross anywhere)
         if best_key is None or key < best_key:
             best, best_key = c, key
     return best
