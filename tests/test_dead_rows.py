@@ -88,7 +88,8 @@ def test_standard_ops_compute_one_row_too():
 def one_row_down_projections(model: onnx.ModelProto) -> list:
     """The shapes (sorted) of the MatMuls by an [INTER, HIDDEN] weight at batch 2, sequence 16."""
     weights = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    names = [n.output[0] for n in model.graph.node if n.op_type == "MatMul" and weights.get(n.input[1]) == (INTER, HIDDEN)]
+    names = [n.output[0] for n in model.graph.node
+             if n.op_type == "MatMul" and weights.get(n.input[1]) == (INTER, HIDDEN)]
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     probe.graph.output.extend([onnx.ValueInfoProto(name=x) for x in names])
