@@ -185,3 +185,15 @@ def test_a_last_token_read_is_written_for_every_length():
     for batch, seq in ((1, 4), (3, 11)):
         x = {"x": rng.standard_normal((batch, seq, W)).astype(np.float32)}
         np.testing.assert_allclose(run(out, x), run(m, x), rtol=1e-4, atol=1e-3)
+
+
+def test_the_summary_counts_what_is_fused(classifier):
+    """The report's census (issue 33's `fused` line): of the written model, every attention, layer norm and GELU
+    fused; of the export itself, none."""
+    from taso_tvm.onnx_opt.fused_census import fused_census
+
+    _, m, out, report = classifier
+    norms = sum(n.op_type in ("SkipLayerNormalization", "EmbedLayerNormalization") for n in out.graph.node)
+    assert report.fused == {"attention": (2, 2), "layer norm": (norms, 5), "GELU": (2, 2)}, report.fused
+    assert report.fused_line == f"attention 2 of 2, layer norm {norms} of 5, GELU 2 of 2"
+    assert fused_census(m) == {"attention": (0, 2), "layer norm": (0, 5), "GELU": (0, 2)}

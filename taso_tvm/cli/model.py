@@ -52,6 +52,8 @@ def _onnx_summary(report: Any, out: str) -> str:
         lines.append("time limit reached: the best graph found so far was used")
     applied = report.rules_applied
     lines.append(f"{'rules applied':24s}" + (", ".join(f"{k} x{v}" for k, v in applied.most_common()) or "none"))
+    if report.fused:
+        lines.append(f"{'fused (written)':24s}{report.fused_line}")
     t = report.timing
     if t is not None:
         lines.append(f"{'latency (ONNX Runtime)':24s}original {t.latencies[0].median * 1e3:.3f} ms, "
@@ -164,6 +166,7 @@ def _write_report(path: str, report: Any, args: argparse.Namespace, seconds: flo
             "nodes_folded": report.folded_nodes,
             "not_searched": report.not_searched, "bindings": report.bindings, "folding": report.folding,
             "rules_applied": dict(report.rules_applied), "seconds": seconds,
+            "fused": {kind: {"fused": done, "of": total} for kind, (done, total) in report.fused.items()},
             "phases": {k: round(v, 3) for k, v in report.phases.items()},
             "kernels_measured_seconds": round(report.measure_seconds, 3),
             "operators_before": report.operators[0], "operators_after": report.operators[1],

@@ -26,6 +26,7 @@ from .splice import PREFIX, splice
 from .expand_fused import expand_fused
 from .embed_positions import fuse_embed_positions
 from .padding_mask import fuse_padding_masks
+from .fused_census import census_line, fused_census
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class OnnxReport:
     predicted_saving_ms: Optional[float] = None  # the cost model's saving on the regions of the model the guard timed
     phases: dict = field(default_factory=dict)  # where the time went: phase -> seconds (`PHASES`), in order
     measure_seconds: float = 0.0  # of the search's time: kernels measured (not in the cost cache)
+    fused: dict = field(default_factory=dict)  # the written model's {kind: (fused, of how many)} (fused_census.py)
 
     @property
     def gain(self) -> Optional[dict]:
@@ -72,6 +74,11 @@ class OnnxReport:
         return {"predicted_points": 100 * self.predicted_saving_ms / original_ms,
                 "measured_points": 100 * (1 - measured), "predicted_saving_ms": self.predicted_saving_ms,
                 "original_ms": original_ms, "measured_ratio": measured}
+
+    @property
+    def fused_line(self) -> str:
+        """The written model's fused kinds as the summary says them ('attention 6 of 6, layer norm 13 of 13')."""
+        return census_line(self.fused)
 
     @property
     def accepted(self) -> list[RegionResult]:
@@ -358,6 +365,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     elif not report.decision:
         report.decision = f"optimized: {len(report.accepted)} region(s) rewritten" + \
             (f", {report.folded_nodes} node(s) folded into constants" if report.folded_nodes else "")
+    report.fused = fused_census(result)
     report.seconds = time.monotonic() - t0
     return result, report
 
