@@ -27,6 +27,7 @@ from .expand_fused import expand_fused
 from .embed_positions import fuse_embed_positions
 from .padding_mask import fuse_padding_masks
 from .fused_census import census_line, fused_census
+from .peer_starts import ort_optimizer_output
 
 log = logging.getLogger(__name__)
 
@@ -352,8 +353,12 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
         others = [("folded", folded_only)] if folded_only is not None else []
         with phase("candidates", into=report.phases):
             sim = _onnxsim_output(users_model, check_feeds, rtol, atol, threads, wants)
+            ort_opt = None if standard_ops else ort_optimizer_output(users_model, check_feeds, rtol, atol,
+                                                                     threads, wants)
         if sim is not None:
             others.append(("onnxsim", sim))
+        if ort_opt is not None:  # a transformer: ONNX Runtime's optimizer's fusions, never ahead of what is written
+            others.append(("ort-optimizer", ort_opt))
         if result is not model or others:
             chosen = _guard(report, users_model, result if result is not model else None, others,
                             feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap, sessions)
