@@ -38,7 +38,8 @@ INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input na
 # rounds could only find a gain under 1 %. (At 3 % it threw away the 1-3 % that fusing a small encoder's attention,
 # layer norms and GELU gives, which ONNX Runtime's optimizer keeps.)
 GUARD_MIN_GAIN = 0.01
-PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "guard")
+PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "peer start",
+          "guard")
 
 
 @dataclass
@@ -359,6 +360,11 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
             others.append(("onnxsim", sim))
         if ort_opt is not None:  # a transformer: ONNX Runtime's optimizer's fusions, never ahead of what is written
             others.append(("ort-optimizer", ort_opt))
+            with phase("search from ORT's optimizer's output", into=report.phases, label="peer start"):
+                again = _search_again(ort_opt, users_model, settings, shapes, fold, check_feeds, threads, rtol,
+                                      atol, seed, inputs, wants)
+            if again is not None:  # the search from where the peer ended: it finds more from its forms
+                others.append(("ort-optimizer+search", again))
         if result is not model or others:
             chosen = _guard(report, users_model, result if result is not model else None, others,
                             feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap, sessions)
@@ -373,6 +379,29 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     report.fused = fused_census(result)
     report.seconds = time.monotonic() - t0
     return result, report
+
+
+def _search_again(start: onnx.ModelProto, users_model: onnx.ModelProto, settings: Any,
+                  shapes: Optional[Mapping[str, Sequence[int]]], fold: bool, feeds: Sequence[dict], threads: int,
+                  rtol: float, atol: float, seed: int, inputs: Optional[Mapping[str, np.ndarray]],
+                  wants: Optional[list]) -> Optional[onnx.ModelProto]:
+    """The search run on a peer's output (its fused nodes expanded, searched, fused again where that pays), without
+    its own timing; the result if it rewrote something and equals the user's model, else None."""
+    from ..runtime.check import check_onnx
+
+    try:
+        out, rep = _optimize(start, settings, shapes, False, fold, True, False, 0.0, threads, rtol, atol, seed,
+                             False, inputs, False)
+        if out is start or not rep.accepted:
+            return None
+        check_onnx(users_model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
+    except Exception as e:  # a failure or a difference: it is just not a candidate
+        if is_interrupt(e):
+            raise
+        log.info("the search from ORT's optimizer's output is not a candidate (%s)",
+                 str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    return out
 
 
 def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
