@@ -27,7 +27,7 @@ from .expand_fused import expand_fused
 from .embed_positions import fuse_embed_positions
 from .padding_mask import fuse_padding_masks
 from .fused_census import census_line, fused_census
-from .peer_starts import ort_optimizer_output
+from .peer_starts import not_a_candidate, ort_optimizer_output
 
 log = logging.getLogger(__name__)
 
@@ -396,10 +396,7 @@ def _search_again(start: onnx.ModelProto, users_model: onnx.ModelProto, settings
             return None
         check_onnx(users_model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # a failure or a difference: it is just not a candidate
-        if is_interrupt(e):
-            raise
-        log.info("the search from ORT's optimizer's output is not a candidate (%s)",
-                 str(e).splitlines()[0] if str(e) else type(e).__name__)
+        not_a_candidate("the search from ORT's optimizer's output", e)
         return None
     return out
 
@@ -423,9 +420,7 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, 
             return None
         check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # onnxsim's own failures, a wrong result: it is just not a candidate
-        if is_interrupt(e):
-            raise
-        log.info("onnxsim's output is not a candidate (%s)", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        not_a_candidate("onnxsim's output", e)
         return None
     return out
 

@@ -46,12 +46,16 @@ def ort_optimizer_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: fl
             return None
         check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # the optimizer's own failures, a wrong result: it is just not a candidate
-        if is_interrupt(e):
-            raise
-        log.info("ORT's transformer optimizer's output is not a candidate (%s)",
-                 str(e).splitlines()[0] if str(e) else type(e).__name__)
+        not_a_candidate("ORT's transformer optimizer's output", e)
         return None
     return out
 
 
-__all__ = ["ort_optimizer_output", "looks_like_a_transformer"]
+def not_a_candidate(what: str, e: BaseException) -> None:
+    """Log why `what` is not a candidate of the guard (its first line); an interrupt goes on up."""
+    if is_interrupt(e):
+        raise e
+    log.info("%s is not a candidate (%s)", what, str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+__all__ = ["ort_optimizer_output", "looks_like_a_transformer", "not_a_candidate"]
