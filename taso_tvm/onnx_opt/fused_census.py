@@ -19,8 +19,6 @@ FUSED = {
     "GELU": ("Gelu", "BiasGelu", "FastGelu", "QuickGelu"),
 }
 MS_DOMAIN = "com.microsoft"
-# what is left of an unfused instance: a Softmax, a LayerNormalization or a layer norm in pieces (two ReduceMeans),
-# an Erf
 
 
 def fused_census(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:

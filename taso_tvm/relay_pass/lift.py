@@ -128,19 +128,17 @@ class _Lifter:
         opdef = RELAX_TO_OP.get(op) if isinstance(op, str) else None
         if opdef is None or opdef.lift is None:
             return False
-        if opdef.name == "take":  # the frontend's Gather of a constant index: the index itself (pick, see slice.py)
-            raw = raw_indices(call, self.bound.get)
-            if isinstance(raw, GenericConst) and call.attrs.axis is not None:
-                call = relax.op.take(call.args[0], raw, axis=int(call.attrs.axis), mode=str(call.attrs.mode))
+        raw = raw_indices(call, self.bound.get) if opdef.name == "take" else None  # the frontend's Gather form
+        if isinstance(raw, GenericConst) and call.attrs.axis is not None:  # of a constant: the index itself (pick)
+            call, raw = relax.op.take(call.args[0], raw, axis=int(call.attrs.axis), mode=str(call.attrs.mode)), None
         lifted = opdef.lift(call)
         if lifted is None:
             return False
         args, attrs = lifted[0], lifted[1]
         if len(lifted) > 2:  # the call lifts as another registered operator (take of a scalar index: pick)
             opdef = get_op(lifted[2])
-        if opdef.name == "take":
-            ids = raw_indices(call, self.bound.get)
-            args = args if ids is None else [args[0], ids]
+        if opdef.name == "take" and raw is not None:
+            args = [args[0], raw]
         refs = [self._operand(a) for a in args]
         if any(r is None for r in refs):
             return False

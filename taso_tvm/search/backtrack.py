@@ -234,27 +234,41 @@ def fuse(graph: TensorGraph, graph_cost: float, rules: RuleSource, cost: CostFn,
     for _ in range(max_steps):
         if deadline is not None and time.monotonic() > deadline:
             break
-        fresh = []
-        for rule, match in fusing.matches(graph):
-            if getattr(rule, "family", "") not in FUSING_FAMILIES:
-                continue
-            new = fusing.apply(graph, rule, match)
-            if new is not None and new != graph and new.num_runtime_ops <= max_ops:
-                fresh.append((rule, new))
-        if not fresh:
-            break
-        if prefetch is not None:
-            prefetch([new for _, new in fresh])
-        step = None
-        for rule, new in fresh:
-            nc = cost(new)
-            if _better(nc, new, graph_cost if step is None else step[0], graph if step is None else step[1], band):
-                step = (nc, new, rule)
+        step = _best_step(graph, graph_cost, fusing, cost, max_ops, prefetch, band,
+                          keep=lambda rule: getattr(rule, "family", "") in FUSING_FAMILIES)
         if step is None:
             break
         log.info("fuse: cost %.4g -> %.4g (%s)", graph_cost, step[0], step[2].name)
         graph_cost, graph, path = step[0], step[1], path + (step[2].name,)
     return graph, graph_cost, path
+
+
+def _best_step(graph: TensorGraph, graph_cost: float, rules: RuleSource, cost: CostFn, max_ops: int,
+               prefetch: Optional[Callable[[list], None]], band: float,
+               keep: Callable[[Any], bool] = lambda rule: True, seen: Optional[set] = None,
+               stats: Optional[SearchStats] = None) -> Optional[tuple]:
+    """(cost, graph, rule) of the one rewrite of `graph` (by the rules `keep` accepts, within `max_ops`) that the
+    cost model prefers to it and to every other (`_better`), or None. New candidates are prefetched together;
+    those not in `seen` are added to it and counted in `stats`."""
+    fresh = []
+    for rule, match in rules.matches(graph):
+        if not keep(rule):
+            continue
+        new = rules.apply(graph, rule, match)
+        if new is not None and new.num_runtime_ops <= max_ops:
+            fresh.append((rule, new))
+    if prefetch is not None and fresh:
+        prefetch([new for _, new in fresh if seen is None or new not in seen])
+    step = None
+    for rule, new in fresh:
+        if seen is not None and new not in seen:
+            seen.add(new)
+            if stats is not None:
+                stats.candidates += 1
+        nc = cost(new)
+        if _better(nc, new, graph_cost if step is None else step[0], graph if step is None else step[1], band):
+            step = (nc, new, rule)
+    return step
 
 
 def _better(nc: float, new: TensorGraph, best_cost: float, best: TensorGraph, band: float = 0.0) -> bool:
@@ -294,22 +308,7 @@ def _descend(best: TensorGraph, best_cost: float, best_path: tuple, rules: RuleS
         if deadline is not None and time.monotonic() > deadline:
             stats.stopped_by = StopReason.TIME
             break
-        fresh = []
-        for rule, match in rules.matches(best):
-            new = rules.apply(best, rule, match)
-            if new is None or new.num_runtime_ops > max_ops:
-                continue
-            fresh.append((rule, new))
-        if prefetch is not None and fresh:
-            prefetch([new for _, new in fresh if new not in seen])
-        step = None
-        for rule, new in fresh:
-            if new not in seen:
-                seen.add(new)
-                stats.candidates += 1
-            nc = cost(new)
-            if _better(nc, new, best_cost if step is None else step[0], best if step is None else step[1], band):
-                step = (nc, new, rule)
+        step = _best_step(best, best_cost, rules, cost, max_ops, prefetch, band, seen=seen, stats=stats)
         if step is None:
             break
         stats.expanded += 1

@@ -440,19 +440,11 @@ _VALUE_FNS: dict[str, tuple[int, Callable]] = {  # name -> (arity, fn over evalu
     "compose": (2, lambda p, q: tuple(_perm(p, "compose")[i] for i in _perm(q, "compose"))),
     "inverse": (1, lambda p: tuple(sorted(range(len(p)), key=lambda i: _perm(p, "inverse")[i]))),
     "pos": (2, lambda i, n: _int(i, "pos()") % _int(n, "pos()")),  # normalise a negative axis
-    "items": (3, lambda v, i, j: _items(v, _int(i, "items()"), _int(j, "items()"))),  # v[i:j]
     "reshape_axis": (3, lambda f, t, a: _reshape_axis(f, t, _int(a, "reshape_axis()"))),
     "identity_kernel": (3, lambda c, kh, kw: _identity_kernel(_int(c, "identity_kernel()"),
                                                               _int(kh, "identity_kernel()"),
                                                               _int(kw, "identity_kernel()"))),
 }
-
-
-def _items(v: Any, i: int, j: int) -> tuple:
-    """The items i..j-1 of a list (Python's v[i:j]: negative positions count from the end)."""
-    if not isinstance(v, tuple):
-        raise ExprError(f"items: {v!r} is not a list")
-    return v[i:j]
 
 
 def _reshape_axis(src: Any, dst: Any, a: int) -> int:
