@@ -1,6 +1,7 @@
-"""ONNX Runtime's transformer optimizer as a candidate of the never-slower guard (issue 33): its output for a
-transformer is checked and timed with the search's result, so `optimize` never writes something slower than it;
-a model that is not a transformer gets no such candidate."""
+"""ONNX Runtime's transformer optimizer and onnxscript's ORT fusions as candidates of the never-slower guard (issue
+33): their outputs for a transformer are checked and timed with the search's result, so `optimize` never writes
+something slower than them; an output that differs from the model is not a candidate; a model that is not a
+transformer gets no such candidate."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,9 @@ import onnx
 
 from taso_tvm import zoo
 from taso_tvm.onnx_opt.driver import feeds_at, optimize_onnx
-from taso_tvm.onnx_opt.peer_starts import looks_like_a_transformer, ort_optimizer_output
+from taso_tvm.onnx_opt.peer_starts import looks_like_a_transformer, onnxscript_output, ort_optimizer_output
+from taso_tvm.runtime.check import reference_outputs
+from taso_tvm.runtime.timing import ort_session
 from taso_tvm.onnx_opt.prepare import make_binding
 
 DATA = Path(__file__).parent / "data" / "classifiers"
@@ -21,19 +24,29 @@ def test_the_guard_times_ort_optimizers_output_for_a_transformer():
     out, report = optimize_onnx(m, {"cost": "analytic", "budget": 10}, time_cap=3.0)
     names = [lat.name for lat in report.timing.latencies]
     assert "ort-optimizer" in names and "ort-optimizer+search" in names, names  # its file, and searched again
+    assert "onnxscript" in names, names
     fastest = min(report.timing.latencies[1:], key=lambda lat: lat.median).name
     assert report.decision.split(":")[0] in ("original", fastest), (fastest, report.decision)
+    # from the original only: no peer's file, nor the search from it
+    out, report = optimize_onnx(m, {"cost": "analytic", "budget": 10}, time_cap=2.0, peer_starts=False)
+    names = [lat.name for lat in report.timing.latencies] if report.timing else []
+    assert not {"ort-optimizer", "ort-optimizer+search", "onnxscript", "onnxscript+search"} & set(names), names
 
 
 def test_its_output_is_checked_and_fused():
     m = onnx.load(str(DATA / "bert_tiny_cls_eager_dynamo.onnx"))
     feeds = [feeds_at(m, make_binding(m, {k: [2, 16] for k in ("input_ids", "attention_mask", "token_type_ids")}),
                       None, 0)]
-    out = ort_optimizer_output(m, feeds, rtol=1e-3, atol=1e-4)
-    assert out is not None and any(n.domain == "com.microsoft" for n in out.graph.node)
+    for make in (ort_optimizer_output, onnxscript_output):
+        out = make(m, feeds, rtol=1e-3, atol=1e-4)
+        assert out is not None and any(n.domain == "com.microsoft" for n in out.graph.node), make.__name__
+        # checked against the model's outputs: an output that differs from them is never a candidate
+        wrong = [{k: 2.0 * w + 1.0 for k, w in ws.items()} for ws in reference_outputs(ort_session(m), feeds)]
+        assert make(m, feeds, rtol=1e-3, atol=1e-4, wants=wrong) is None, make.__name__
 
 
 def test_no_candidate_for_a_model_that_is_not_a_transformer():
     m = zoo.get_model("squeezenet")
     assert not looks_like_a_transformer(m)
     assert ort_optimizer_output(m, [], rtol=1e-3, atol=1e-4) is None
+    assert onnxscript_output(m, [], rtol=1e-3, atol=1e-4) is None

@@ -189,3 +189,24 @@ def test_relax_vm_comparison_of_two_executables():
     x = np.random.default_rng(2).standard_normal((32, 32)).astype(np.float32) / 32
     res = compare_tvm(chain(1), chain(6), {"x": x}, time_cap=5)
     assert res.verdict == SLOWER and res.ratio > 2
+
+
+def test_a_race_drops_the_candidates_slower_than_the_leader_and_stops_sooner():
+    """The guard's race: two candidates level with the original (never decided without a min gain) and one much
+    faster. Without racing the run goes to the time cap; racing drops the level ones once they are shown slower than
+    the leader and stops, confident, with the leader faster than the baseline."""
+    costs = [1e-3, 1.0e-3, 1.0e-3, 0.8e-3]
+    clock = SimClock(seed=1, drift=0.1)
+    plain = compare(*(clock.run(c) for c in costs), timer=clock, time_cap=0.5)
+    clock = SimClock(seed=1, drift=0.1)
+    raced = compare(*(clock.run(c) for c in costs), timer=clock, time_cap=0.5, race=True)
+    assert raced.stopped_by == "confident" and raced.ratios[2].verdict == FASTER
+    assert raced.dropped == (1, 2) and raced.latencies[3].runs == raced.latencies[0].runs == raced.rounds
+    assert raced.seconds < plain.seconds or plain.stopped_by == "time"
+    # the dropped ones' ratios are those of the rounds they ran: finite, level with the baseline
+    assert all(r.ratio == pytest.approx(1.0, rel=0.1) for r in raced.ratios[:2])
+    assert raced.between(3, 1).verdict == SLOWER
+    # the baseline is never dropped, even when it is the slowest
+    clock = SimClock(seed=2, drift=0.1)
+    res = compare(*(clock.run(c) for c in [1e-3, 0.5e-3, 0.8e-3]), timer=clock, time_cap=0.5, race=True)
+    assert res.latencies[0].runs == res.rounds and res.dropped == (2,) and res.ratios[0].verdict == FASTER

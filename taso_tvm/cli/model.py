@@ -58,9 +58,10 @@ def _onnx_summary(report: Any, out: str) -> str:
     if t is not None:
         lines.append(f"{'latency (ONNX Runtime)':24s}original {t.latencies[0].median * 1e3:.3f} ms, "
                      f"{t.rounds} rounds alternating with:")
-        for lat, r in zip(t.latencies[1:], t.ratios):  # the result and the other equivalent models timed
+        for i, (lat, r) in enumerate(zip(t.latencies[1:], t.ratios), 1):  # the result and the other models timed
+            dropped = f", dropped after {lat.runs} rounds: slower than the fastest" if i in t.dropped else ""
             lines.append(f"{'':24s}{lat.name} {lat.median * 1e3:.3f} ms: ratio {r.ratio:.3f} "
-                         f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}] ({r.verdict})")
+                         f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}] ({r.verdict}{dropped})")
     if report.gain is not None:
         g = report.gain
         lines.append(f"{'gain':24s}predicted {g['predicted_points']:.1f} points, measured {g['measured_points']:.1f} "
@@ -123,7 +124,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                                           inputs=inputs, check=not args.no_check,
                                           time_check=not args.no_time_check, time_cap=args.time_cap,
                                           threads=args.threads, rtol=args.rtol, atol=args.atol,
-                                          standard_ops=args.standard_ops)
+                                          standard_ops=args.standard_ops, peer_starts=not args.no_peer_starts)
     except PrepareError as e:
         raise CLIError(str(e)) from None
     t_write = time.monotonic()
@@ -236,6 +237,9 @@ def add_model_commands(sub: Any) -> None:
     o.add_argument("--standard-ops", action="store_true",
                    help="write default-domain ONNX operators only, for runtimes other than ONNX Runtime (TensorRT, "
                         "OpenVINO, TVM): no ONNX Runtime fused operators (com.microsoft MultiHeadAttention, ...)")
+    o.add_argument("--no-peer-starts", action="store_true",
+                   help="search from the model as given only: the outputs of ONNX Runtime's transformer optimizer "
+                        "and onnxscript's ORT fusions, and the search from each, are not candidates of the guard")
     common(o)
     o.set_defaults(func=cmd_optimize)
 

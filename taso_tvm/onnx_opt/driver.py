@@ -27,7 +27,7 @@ from .expand_fused import expand_fused
 from .embed_positions import fuse_embed_positions
 from .padding_mask import fuse_padding_masks
 from .fused_census import census_line, fused_census
-from .peer_starts import not_a_candidate, ort_optimizer_output
+from .peer_starts import PEER_STARTS, not_a_candidate
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Any = None,
                   fold: bool = True, check: bool = True, time_check: bool = True, time_cap: float = 20.0,
                   threads: int = 2, rtol: float = 1e-3, atol: float = 1e-4, seed: int = 0, strict: bool = False,
                   inputs: Optional[Mapping[str, np.ndarray]] = None,
-                  standard_ops: bool = False) -> tuple[onnx.ModelProto, OnnxReport]:
+                  standard_ops: bool = False, peer_starts: bool = True) -> tuple[onnx.ModelProto, OnnxReport]:
     """Optimize an ONNX model region by region; returns the model to write and a report.
 
     settings: a resolved `relay_pass.Settings`, or TasoOptimize keywords (rules, cost, alpha, budget, time_limit,
@@ -229,6 +229,8 @@ def optimize_onnx(model: onnx.ModelProto, settings: Any = None,
     inputs: sample inputs (name -> array) for the checks, where random ones would not do (a sample rate, token
     ids); their shapes set the binding when `shapes` does not.
     standard_ops: write default-domain ONNX operators only (ONNX Runtime's fused operators are not used).
+    peer_starts: a transformer's fusions by ONNX Runtime's optimizer and onnxscript, and the search from each, are
+    candidates of the guard (False: the search from the user's model only; onnxsim stays a candidate).
     check: the whole-model numeric check (regions are always checked). strict: a region or model that fails its
     check raises CheckFailed (else it is kept as the user had it). time_check: time the original against the
     result in ONNX Runtime and keep the original unless the result is faster.
@@ -240,7 +242,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Any = None,
     with returning_memory(weights.has_references(model)):
         try:
             result, report = _optimize(model, settings, shapes, fix_shapes, fold, check, time_check, time_cap,
-                                       threads, rtol, atol, seed, strict, inputs, standard_ops)
+                                       threads, rtol, atol, seed, strict, inputs, standard_ops, peer_starts)
         finally:  # the weights of regions searched and not kept
             weights.release_since(mark, keep=[model, result])
     return result, report
@@ -249,7 +251,7 @@ def optimize_onnx(model: onnx.ModelProto, settings: Any = None,
 def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[str, Sequence[int]]],
               fix_shapes: bool, fold: bool, check: bool, time_check: bool, time_cap: float, threads: int,
               rtol: float, atol: float, seed: int, strict: bool, inputs: Optional[Mapping[str, np.ndarray]],
-              standard_ops: bool) -> tuple[onnx.ModelProto, OnnxReport]:
+              standard_ops: bool, peer_starts: bool = True) -> tuple[onnx.ModelProto, OnnxReport]:
     from ..runtime.check import CheckFailed, check_onnx, reference_outputs
 
     t0 = time.monotonic()
@@ -354,17 +356,19 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
         others = [("folded", folded_only)] if folded_only is not None else []
         with phase("candidates", into=report.phases):
             sim = _onnxsim_output(users_model, check_feeds, rtol, atol, threads, wants)
-            ort_opt = None if standard_ops else ort_optimizer_output(users_model, check_feeds, rtol, atol,
-                                                                     threads, wants)
+            peers = [] if standard_ops or not peer_starts else \
+                [(name, make(users_model, check_feeds, rtol, atol, threads, wants)) for name, make in PEER_STARTS]
         if sim is not None:
             others.append(("onnxsim", sim))
-        if ort_opt is not None:  # a transformer: ONNX Runtime's optimizer's fusions, never ahead of what is written
-            others.append(("ort-optimizer", ort_opt))
-            with phase("search from ORT's optimizer's output", into=report.phases, label="peer start"):
-                again = _search_again(ort_opt, users_model, settings, shapes, fold, check_feeds, threads, rtol,
+        for name, out in peers:  # a transformer: a peer's fusions, never ahead of what is written
+            if out is None:
+                continue
+            others.append((name, out))
+            with phase(f"search from {name}'s output", into=report.phases, label="peer start"):
+                again = _search_again(out, name, users_model, settings, shapes, fold, check_feeds, threads, rtol,
                                       atol, seed, inputs, wants)
             if again is not None:  # the search from where the peer ended: it finds more from its forms
-                others.append(("ort-optimizer+search", again))
+                others.append((f"{name}+search", again))
         if result is not model or others:
             chosen = _guard(report, users_model, result if result is not model else None, others,
                             feeds_at(model, prep.first.binding, inputs, seed), threads, time_cap, sessions)
@@ -381,7 +385,7 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     return result, report
 
 
-def _search_again(start: onnx.ModelProto, users_model: onnx.ModelProto, settings: Any,
+def _search_again(start: onnx.ModelProto, name: str, users_model: onnx.ModelProto, settings: Any,
                   shapes: Optional[Mapping[str, Sequence[int]]], fold: bool, feeds: Sequence[dict], threads: int,
                   rtol: float, atol: float, seed: int, inputs: Optional[Mapping[str, np.ndarray]],
                   wants: Optional[list]) -> Optional[onnx.ModelProto]:
@@ -396,7 +400,7 @@ def _search_again(start: onnx.ModelProto, users_model: onnx.ModelProto, settings
             return None
         check_onnx(users_model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
     except Exception as e:  # a failure or a difference: it is just not a candidate
-        not_a_candidate("the search from ORT's optimizer's output", e)
+        not_a_candidate(f"the search from {name}'s output", e)
         return None
     return out
 
@@ -440,7 +444,7 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     with phase("timing", into=report.phases, label="guard"):
         timed = [sessions.get(m) for m in models] if sessions is not None else models
         t = report.timing = compare_onnx_models(timed, feeds, threads, time_cap, names,
-                                                min_gain=GUARD_MIN_GAIN)
+                                                min_gain=GUARD_MIN_GAIN, race=True)
     best = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[best - 1]
     if vs.verdict != "faster":

@@ -15,6 +15,11 @@ The interval is the distribution-free (binomial order-statistic) interval of the
 ratios. It is looked at after 8 rounds and then every 25 % more rounds; look k uses the error rate
 (1 - confidence) * 6 / (pi^2 k^2), so that the chance of a wrong verdict over all looks stays below 1 - confidence.
 Results are deterministic given the seed (which fixes the run orders) and the measured times.
+
+`race=True` (the guard's many candidates): at each look, a candidate whose interval against the fastest one so far
+(the leader, by median) shows it slower is dropped: it runs no more rounds, its ratios are those of the rounds it ran,
+and the run stops once every candidate still running is decided against the baseline. The baseline is never
+dropped, so a verdict "faster" is always one against it.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ class Latency:
 
     @classmethod
     def of(cls, name: str, samples: np.ndarray) -> "Latency":
+        samples = samples[np.isfinite(samples)]  # a candidate dropped from a race ran fewer rounds
         q = np.percentile(samples, [50, 25, 75, 5, 95]) if len(samples) else [math.nan] * 5
         return cls(name, *(float(v) for v in q), len(samples))
 
@@ -91,6 +97,7 @@ class TimingResult:
     confidence: float
     samples: np.ndarray = field(repr=False)  # rounds x callables, seconds
     error: float = 0.05  # the error rate of the last look's intervals
+    dropped: tuple = ()  # (race) the callables dropped as slower than the leader
 
     def between(self, a: int, b: int) -> Ratio:
         """Callable b against callable a (any two of those compared), at the same error rate as `ratios`."""
@@ -171,16 +178,31 @@ def _look_error(look: int, confidence: float) -> float:
 
 
 def _ratios(samples: np.ndarray, names: Sequence[str], error: float) -> list:
-    logs = np.log(np.maximum(samples, MIN_SECONDS))
-    med = np.median(samples, axis=0)
+    """Each column against the first, over the rounds both ran (NaN: a callable dropped from a race)."""
     out = []
     for i in range(1, samples.shape[1]):
-        d = logs[:, i] - logs[:, 0]
+        both = samples[:, [0, i]]
+        both = both[np.isfinite(both).all(axis=1)]
+        logs = np.log(np.maximum(both, MIN_SECONDS))
+        d = logs[:, 1] - logs[:, 0]
         lo, hi = median_ci(d, error)
         verdict = FASTER if hi < 0 else SLOWER if lo > 0 else NOT_DIFFERENT
-        out.append(Ratio(names[0], names[i], float(np.exp(np.median(d))), float(med[i] / med[0]),
-                         (math.exp(lo), math.exp(hi)), verdict))
+        med = np.median(both, axis=0) if len(both) else np.array([math.nan, math.nan])
+        out.append(Ratio(names[0], names[i], float(np.exp(np.median(d))) if len(d) else math.nan,
+                         float(med[1] / med[0]), (math.exp(lo), math.exp(hi)), verdict))
     return out
+
+
+def _race(rows: list, active: list, labels: Sequence[str], error: float) -> None:
+    """Drop (mark inactive) each running candidate whose interval against the leader shows it slower."""
+    arr = np.asarray(rows, dtype=np.float64)
+    med = np.nanmedian(arr, axis=0)
+    running = [i for i, a in enumerate(active) if a]
+    leader = min(running, key=lambda i: med[i])
+    for i in running:
+        if i not in (0, leader) and \
+                _ratios(arr[:, [leader, i]], [labels[leader], labels[i]], error)[0].verdict == SLOWER:
+            active[i] = False
 
 
 def _names(callables: Sequence, names: Optional[Sequence[str]]) -> list:
@@ -194,13 +216,14 @@ def _names(callables: Sequence, names: Optional[Sequence[str]]) -> list:
 def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None,
             time_cap: float = DEFAULT_TIME_CAP, max_rounds: int = DEFAULT_MAX_ROUNDS, min_rounds: int = 0,
             warmup: int = 1, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
-            timer: Callable[[], float] = time.perf_counter, min_gain: float = 0.0) -> TimingResult:
+            timer: Callable[[], float] = time.perf_counter, min_gain: float = 0.0,
+            race: bool = False) -> TimingResult:
     """Time the callables by interleaved single runs; compare each with the first (the baseline).
 
     Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1 or
     shows the candidate cannot be faster by `min_gain` (`stopped_by="confident"`, not before `min_rounds` rounds), after `time_cap` seconds (warm-up included) or
     after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
-    measures (no ratios).
+    measures (no ratios). `race`: candidates shown slower than the fastest one stop running (module docstring).
     """
     if not callables:
         raise ValueError("compare() needs at least one callable")
@@ -212,6 +235,7 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
     rng = np.random.default_rng(seed)
     m = len(callables)
     rows: list = []
+    active = [True] * m
     look, next_look = 1, FIRST_LOOK
     stopped_by = "rounds"
     gc_was_on = gc.isenabled()
@@ -222,15 +246,20 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
             for i in rng.permutation(m):
                 callables[i]()
         while len(rows) < max_rounds:
-            row = [0.0] * m
+            row = [math.nan] * m
             for i in rng.permutation(m):
+                if not active[i]:
+                    continue
                 t0 = timer()
                 callables[i]()
                 row[i] = timer() - t0
             rows.append(row)
             if m > 1 and len(rows) >= next_look:
-                decided = all(_decided(r, min_gain)
-                              for r in _ratios(np.asarray(rows), labels, _look_error(look, confidence)))
+                error = _look_error(look, confidence)
+                if race and m > 2:
+                    _race(rows, active, labels, error)
+                decided = all(_decided(r, min_gain) for i, r in enumerate(_ratios(np.asarray(rows), labels, error), 1)
+                              if active[i])
                 look += 1
                 next_look = max(next_look + 1, math.ceil(next_look * LOOK_GROWTH))
                 if decided and len(rows) >= min_rounds:
@@ -247,7 +276,8 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
     error = _look_error(max(1, look - (stopped_by == "confident")), confidence)
     ratios = _ratios(samples, labels, error) if m > 1 else []
     return TimingResult([Latency.of(n, samples[:, i]) for i, n in enumerate(labels)], ratios, len(rows),
-                        time.monotonic() - t_start, stopped_by, confidence, samples, error)
+                        time.monotonic() - t_start, stopped_by, confidence, samples, error,
+                        tuple(i for i, a in enumerate(active) if not a))
 
 
 def measure(fn: Callable[[], Any], name: str = "run", time_cap: float = 2.0, max_rounds: int = 200,
