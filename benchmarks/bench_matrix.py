@@ -225,6 +225,20 @@ def markdown(rows: list, cmd: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _distinct(names: list, entries: dict) -> list:
+    """The names whose file is not byte-identical to an earlier one's (with one seed, XLM-R's cut-vocabulary export
+    is RoBERTa's, ELECTRA's encoder BERT's: counted once)."""
+    seen, out = {}, []
+    for n in names:
+        sha = entries[n].get("sha256")
+        if sha in seen:
+            log.info("%s: the same file as %s, not benched again", n, seen[sha])
+            continue
+        seen[sha] = n
+        out.append(n)
+    return out
+
+
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("names", nargs="*", help="model names (default: every matrix model there is)")
@@ -233,6 +247,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--guard-cap", type=float, default=20.0, help="taso-tvm's own never-slower timing cap")
     p.add_argument("--md", type=Path)
     p.add_argument("--json", type=Path)
+    p.add_argument("--seq", type=int, help="this sequence length only (default: each model's own)")
     p.add_argument("--append", action="store_true", help="add to the rows in --json (a row re-run replaces its own)")
     a = p.parse_args(argv)
     stem = "matrix_tiny" if a.tiny else "matrix"
@@ -244,7 +259,7 @@ def main(argv: Optional[list] = None) -> int:
     entries = {e["name"]: e for e in json.loads((folder / "manifest.json").read_text())["models"]
                if e.get("form")} if (folder / "manifest.json").exists() else {}
     models = {m.name: m for m in manifest_models(folder, classifiers=None) if m.name in entries}
-    names = a.names or sorted(models)
+    names = a.names or _distinct(sorted(models), entries)
     unknown = [n for n in names if n not in models]
     if unknown or not names:
         print(f"not in {folder}/manifest.json's matrix: {', '.join(unknown) or 'any model'} (run "
@@ -255,7 +270,7 @@ def main(argv: Optional[list] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_matrix_") as tmp:
         for name in names:
             m = models[name]
-            for seq in m.seqs:
+            for seq in [a.seq] if a.seq and m.has_seq else m.seqs[:1] if a.tiny else m.seqs:
                 t0 = time.monotonic()
                 cells = bench(m, seq, Path(tmp), a.time_cap, a.guard_cap)
                 rows = [r for r in rows if (r["model"], r["seq"]) != (name, seq)] + [row_of(m, seq, cells,

@@ -12,8 +12,23 @@ It needs torch and transformers, which the project does not depend on (and onnxs
 
     python3 -m venv /tmp/venv-export
     /tmp/venv-export/bin/pip install torch==2.13.0 transformers onnx onnxscript onnxruntime
-    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...] [--set eager]
-        [--skip-existing] [--out DIR]
+    /tmp/venv-export/bin/python benchmarks/peers/make_peer_models.py [--only NAME ...]
+        [--set all|eager|classifiers|matrix|matrix-tiny] [--skip-existing] [--out DIR]
+
+`--set matrix`: issue 33's export matrix, every family in every form at MiniLM-L6's shape (hidden 384, 12 heads,
+intermediate 1536, 6 layers; ViT-S: 6 heads, image 224, patch 16), named `{family}_{form}` and listed with `family`
+and `form` keys. Families: bert (token_type_ids), roberta, xlmr, distilbert (`distilbert_mini_*`: distilbert_eager_op17
+and distilbert_cls_eager_op17 are the base-size exports), electra (token_type_ids, embedding_size = hidden),
+deberta_v2 (deberta-v3-small's relative attention: 256 log buckets, p2c and c2p, shared keys, no token types), vit.
+Forms: eager_op17, sdpa_op17 (transformers' default attention; none for DeBERTa-v2, which has only eager), eager_op14
+(bert, roberta, vit), dynamo (its default opset, 20 with torch 2.13; default attention), cls_eager_op17 and
+cls_dynamo (the sequence or image classification head's logits, ViT's 10 labels). Sequence 128 (ViT 197); vocabulary
+cut to 8192 for RoBERTa, XLM-R and DeBERTa. 37 models, 2.6 GB, 2 minutes on 2 cores; all export and agree with ONNX
+Runtime. XLM-R is RoBERTa's graph and ELECTRA (embedding_size = hidden) BERT's: same seed, same files byte for byte.
+`--set matrix-tiny --out tests/data/matrix`: the same names with `_tiny`, committed for the tests: hidden 32, 2
+layers, 4 heads, intermediate 64, vocab 128, 64 positions, DeBERTa 16 buckets (ViT: image 32, patch 8, 17 tokens);
+sequences 16 and 32; 37 files of 120 to 260 KB, 50 s. optimum's exporter does not install beside transformers 5:
+optimum-onnx 0.1.0 (the newest) pins transformers<4.58 and optimum~=2.1, and optimum 2.3 has no ONNX exporter.
 
 `--set classifiers`: issue 34's sequence classifiers (BERT at MiniLM-L2, -L6 and BERT-base shapes, eager and sdpa
 attention, both exporters; RoBERTa and DistilBERT): the logits, read from the [CLS] row through the pooler.
@@ -55,7 +70,7 @@ GPT2_SMALL_VOCAB = dict(GPT2_SMALL, vocab_size=SMALL_VOCAB, bos_token_id=SMALL_V
 class Spec(NamedTuple):
     """One model to export."""
 
-    family: str  # bert | roberta | distilbert | vit | gpt2 | gpt2_blocks
+    family: str  # bert | roberta | xlmr | distilbert | electra | deberta_v2 | vit | gpt2 | gpt2_blocks
     exporter: str  # legacy (TorchScript, dynamo=False) | dynamo
     cfg: dict  # the transformers config's arguments
     model_type: str  # ORT's transformer optimizer's model_type
@@ -64,6 +79,7 @@ class Spec(NamedTuple):
     token_types: bool = False  # (BERT family) token_type_ids as a third input
     eager: bool = False  # attn_implementation="eager" (the form optimum's exports and most hub files have)
     classifier: bool = False  # ...ForSequenceClassification: the logits (read from the [CLS] row), not the hidden state
+    form: Optional[str] = None  # the export matrix's form (issue 33): eager_op17 | sdpa_op17 | dynamo | ...
 
 
 MODELS = {
@@ -130,6 +146,58 @@ def _classifier_set() -> dict:
 CLASSIFIERS = _classifier_set()
 MODELS.update(CLASSIFIERS)
 
+VIT_S = dict(image_size=224, patch_size=16, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+             intermediate_size=1536)
+VIT_TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64)
+# deberta-v3-small's relative attention (log buckets, both disentangled terms, shared keys, no absolute positions)
+DEBERTA_V3 = dict(relative_attention=True, position_buckets=256, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+                  norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False, type_vocab_size=0)
+# the export matrix's forms: (exporter, opset, eager attention, classifier); None: the dynamo exporter's default opset
+FORMS = {"eager_op17": ("legacy", 17, True, False), "sdpa_op17": ("legacy", 17, False, False),
+         "eager_op14": ("legacy", 14, True, False), "dynamo": ("dynamo", None, False, False),
+         "cls_eager_op17": ("legacy", 17, True, True), "cls_dynamo": ("dynamo", None, False, True)}
+NO_SDPA = {"deberta_v2"}  # transformers has no sdpa attention for it (its default is eager)
+OP14 = {"bert", "roberta", "vit"}  # eager_op14 (layer norm in pieces) for these only
+# DistilBERT's matrix stem: distilbert_eager_op17 and distilbert_cls_eager_op17 are already the base-size exports
+STEMS = {"distilbert": "distilbert_mini"}
+
+
+def _matrix_set(tiny: bool) -> dict:
+    """The export matrix (issue 33): every family in every form at one size, `{stem}_{form}` (`_tiny` suffixed at
+    the tests' size). MiniLM-L6's shape (hidden 384, 12 heads, intermediate 1536, 6 layers; ViT-S: 6 heads, image
+    224, patch 16), else the tiny one (hidden 32, 2 layers, 4 heads, intermediate 64, vocab 128, 64 positions; ViT:
+    image 32, patch 8). BERT and ELECTRA take token_type_ids; RoBERTa, XLM-R, DistilBERT and DeBERTa-v2 do not."""
+    base = dict(BERT_TINY) if tiny else dict(MINILM_L6)
+    vocab = {} if tiny else {"vocab_size": SMALL_VOCAB}  # RoBERTa's, XLM-R's and DeBERTa's tables cut
+    h, n, i, layers = (base[k] for k in ("hidden_size", "num_attention_heads", "intermediate_size",
+                                         "num_hidden_layers"))
+    distil = dict(dim=h, n_heads=n, hidden_dim=i, n_layers=layers)
+    if tiny:
+        distil.update(vocab_size=base["vocab_size"], max_position_embeddings=base["max_position_embeddings"])
+    cfgs = {"bert": base, "roberta": dict(base, **vocab), "xlmr": dict(base, **vocab), "distilbert": distil,
+            "electra": dict(base, embedding_size=h),
+            "deberta_v2": dict(base, **vocab, **dict(DEBERTA_V3, **({"position_buckets": 16} if tiny else {}))),
+            "vit": VIT_TINY if tiny else VIT_S}
+    seqs, vit_seqs = ([16, 32], [17]) if tiny else ([128], [197])
+    out = {}
+    for family, cfg in cfgs.items():
+        for form, (exporter, opset, eager, classifier) in FORMS.items():
+            if (form == "sdpa_op17" and family in NO_SDPA) or (form == "eager_op14" and family not in OP14):
+                continue
+            vit = family == "vit"
+            c = dict(cfg, num_labels=10) if vit and classifier else cfg
+            name = f"{STEMS.get(family, family)}_{form}" + ("_tiny" if tiny else "")
+            out[name] = Spec(family, exporter, c, "vit" if vit else "bert", vit_seqs if vit else seqs, opset,
+                             family in ("bert", "electra"), eager, classifier, form)
+    return out
+
+
+MATRIX = _matrix_set(tiny=False)
+MATRIX_TINY = _matrix_set(tiny=True)
+MODELS.update(MATRIX)
+MODELS.update(MATRIX_TINY)
+
 
 def default_out() -> Path:
     return Path(os.environ.get("TASO_TVM_PEER_MODELS", Path.home() / ".cache" / "taso_tvm" / "peer_models"))
@@ -188,11 +256,16 @@ def _module(spec: Spec):
         def forward(self, input_ids, attention_mask, token_type_ids):
             return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
 
+    class PixelLogits(Wrap):  # an image classifier: its logits
+        def forward(self, pixel_values):
+            return self.m(pixel_values=pixel_values).logits
+
     if spec.classifier:
-        IdsMask, IdsMaskTypes = Logits, LogitsTypes  # noqa: N806 (the same inputs, the logits out)
+        IdsMask, IdsMaskTypes, Pixels = Logits, LogitsTypes, PixelLogits  # noqa: N806 (the same inputs, logits out)
 
     if family == "vit":
-        m = tf.ViTModel(tf.ViTConfig(**cfg, **attn), add_pooling_layer=False)
+        conf = tf.ViTConfig(**cfg, **attn)
+        m = tf.ViTForImageClassification(conf) if spec.classifier else tf.ViTModel(conf, add_pooling_layer=False)
         size = cfg["image_size"]
         ex = (torch.randn(1, 3, size, size),)
         specs = [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, size, size]}]
@@ -221,10 +294,19 @@ def _module(spec: Spec):
         conf = tf.DistilBertConfig(**cfg, **attn)
         m = tf.DistilBertForSequenceClassification(conf) if spec.classifier else tf.DistilBertModel(conf)
         heads, hidden = cfg["n_heads"], cfg["dim"]
-    elif family == "roberta":
-        conf = tf.RobertaConfig(**cfg, **attn)
-        m = tf.RobertaForSequenceClassification(conf) if spec.classifier else \
-            tf.RobertaModel(conf, add_pooling_layer=False)
+    elif family in ("roberta", "xlmr"):
+        conf_cls, bare, head = (tf.RobertaConfig, tf.RobertaModel, tf.RobertaForSequenceClassification) \
+            if family == "roberta" else \
+            (tf.XLMRobertaConfig, tf.XLMRobertaModel, tf.XLMRobertaForSequenceClassification)
+        conf = conf_cls(**cfg, **attn)
+        m = head(conf) if spec.classifier else bare(conf, add_pooling_layer=False)
+        heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
+    elif family in ("electra", "deberta_v2"):  # no pooler of their own; the classifiers read [CLS] through a head
+        conf_cls, bare, head = (tf.ElectraConfig, tf.ElectraModel, tf.ElectraForSequenceClassification) \
+            if family == "electra" else \
+            (tf.DebertaV2Config, tf.DebertaV2Model, tf.DebertaV2ForSequenceClassification)
+        conf = conf_cls(**cfg, **attn)
+        m = head(conf) if spec.classifier else bare(conf)
         heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     else:
         conf = tf.BertConfig(**cfg, **attn)
@@ -267,9 +349,10 @@ def export(name: str, out: Path) -> dict:
         torch.onnx.export(module, example, str(path), input_names=names, output_names=[output],
                           dynamic_axes=axes, opset_version=spec.opset or 17, dynamo=False)
     model = onnx.load(str(path))
-    if exporter == "dynamo":  # the stack traces name the exporting machine's paths
+    if exporter == "dynamo":  # the stack traces name the exporting machine's paths; the scopes, classes and fx
+        # nodes (kept at the exporter's own opset, dropped by the opset converter) are half a tiny model's file
         for n in model.graph.node:
-            keep = [p for p in n.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+            keep = [p for p in n.metadata_props if not (p.key.startswith("pkg.torch.onnx.") or p.key == "namespace")]
             del n.metadata_props[:]
             n.metadata_props.extend(keep)
         onnx.save(model, str(path))
@@ -295,6 +378,7 @@ def export(name: str, out: Path) -> dict:
              "exporter": {"name": f"torch.onnx.export (dynamo={exporter == 'dynamo'})", "torch": torch.__version__},
              "opset": opset, "ir_version": model.ir_version, "inputs": [dict(s, file_shape=s["shape"]) for s in specs],
              "outputs": [output], "dims": dims, "kinds": kinds,
+             "family": family, **({"form": spec.form} if spec.form else {}),
              "model_type": spec.model_type, "num_heads": heads, "hidden_size": hidden, "seq": spec.seqs,
              "encoder": family not in ("gpt2", "gpt2_blocks"),
              "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -334,9 +418,10 @@ def _check(path: Path, module, specs: list, dims: dict) -> None:
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="*", help=f"models to export (default all: {', '.join(MODELS)})")
-    p.add_argument("--set", choices=["all", "eager", "classifiers"], default="all",
+    p.add_argument("--set", choices=["all", "eager", "classifiers", "matrix", "matrix-tiny"], default="all",
                    help="eager: the eager-attention exports only (issue 28); classifiers: the sequence classifiers "
-                        "(issue 34)")
+                        "(issue 34); matrix, matrix-tiny: the export matrix (issue 33) at MiniLM-L6's and the "
+                        "tests' size")
     p.add_argument("--skip-existing", action="store_true",
                    help="keep models already in the manifest whose file is there with the listed size")
     p.add_argument("--out", type=Path, default=default_out())
@@ -345,7 +430,8 @@ def main(argv: Optional[list] = None) -> int:
     man_path = a.out / "manifest.json"
     entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
     failed = []
-    for name in a.only or list({"eager": EAGER, "classifiers": CLASSIFIERS}.get(a.set, MODELS)):
+    sets = {"eager": EAGER, "classifiers": CLASSIFIERS, "matrix": MATRIX, "matrix-tiny": MATRIX_TINY}
+    for name in a.only or list(sets.get(a.set, MODELS)):
         e = entries.get(name)
         if a.skip_existing and e and (a.out / e["file"]).exists() and (a.out / e["file"]).stat().st_size == e["bytes"]:
             print(f"{name}: already exported", flush=True)
