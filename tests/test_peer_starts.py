@@ -10,7 +10,8 @@ import onnx
 
 from taso_tvm import zoo
 from taso_tvm.onnx_opt.driver import feeds_at, optimize_onnx
-from taso_tvm.onnx_opt.peer_starts import looks_like_a_transformer, onnxscript_output, ort_optimizer_output
+from taso_tvm.onnx_opt.peer_starts import (heads_and_hidden, looks_like_a_transformer, onnxscript_output,
+                                          ort_optimizer_output)
 from taso_tvm.runtime.check import reference_outputs
 from taso_tvm.runtime.timing import ort_session
 from taso_tvm.onnx_opt.prepare import make_binding
@@ -50,3 +51,12 @@ def test_no_candidate_for_a_model_that_is_not_a_transformer():
     assert not looks_like_a_transformer(m)
     assert ort_optimizer_output(m, [], rtol=1e-3, atol=1e-4) is None
     assert onnxscript_output(m, [], rtol=1e-3, atol=1e-4) is None
+
+
+def test_heads_and_hidden_are_read_from_the_graph():
+    """What a user passes to ORT's optimizer: TorchScript's and dynamo's exports (the head size a constant piece of a
+    computed Reshape target), BERT and ViT; (0, 0) where the graph has no attention projections."""
+    for name in ("bert_eager_op14_tiny", "bert_dynamo_tiny", "vit_sdpa_op17_tiny", "distilbert_mini_cls_dynamo_tiny"):
+        m = onnx.load(str(Path(__file__).parent / "data" / "matrix" / f"{name}.onnx"))
+        assert heads_and_hidden(m) == (4, 32), name
+    assert heads_and_hidden(zoo.get_model("squeezenet")) == (0, 0)

@@ -4,7 +4,8 @@ EmbedLayerNormalization.
 Exporters write BERT's position lookup as Gather(table, Slice(arange, 0, S)) with S read from the ids' shape: a
 value of the symbolic sequence length, so the partition keeps it out of every region (it folds to another constant
 at each binding) and the search never sees word + segment + position together. This pass reads the spliced model:
-layernorm(word[ids] + segment[seg] + table[0..S-1]) (as LayerNormalization, or SkipLayerNormalization with no bias,
+layernorm(word[ids] + segment[seg] + table[0..S-1]) (as LayerNormalization, SkipLayerNormalization with no bias, or
+at opsets < 17 in pieces: ReduceMean, Sub, Pow or Mul, ReduceMean, Add epsilon, Sqrt, Div, Mul gamma, Add beta;
 in any order of the sum) becomes EmbedLayerNormalization with no position_ids input, whose positions are 0..S-1 of
 the run-time length (the op's default). Exact where matched: the arange is checked element by element, S is the
 ids' own dim 1, the slice starts at 0 on axis 1 with step 1. The result is checked against the user's model at two
@@ -27,12 +28,12 @@ log = logging.getLogger(__name__)
 MS = "com.microsoft"
 
 
-def _sum_leaves(view: GraphView, name: str, owner: onnx.NodeProto, out: list, nodes: list,
+def _sum_leaves(view: GraphView, name: str, owners: list, out: list, nodes: list,
                 shapes: Optional[list] = None) -> None:
-    """The terms of the Add tree ending in `name` (read only by `owner`; with `shapes`, also by Shape nodes, which
+    """The terms of the Add tree ending in `name` (read only by `owners`; with `shapes`, also by Shape nodes, which
     are collected there: the sum has the norm's shape)."""
     add = view.node(name, "Add")
-    extra = [r for r in view.readers.get(name, []) if r is not owner]
+    extra = [r for r in view.readers.get(name, []) if not any(r is o for o in owners)]
     if shapes is not None and extra and all(r.op_type == "Shape" and r.domain == "" for r in extra) \
             and name not in view.outputs:
         shapes += extra
@@ -43,7 +44,7 @@ def _sum_leaves(view: GraphView, name: str, owner: onnx.NodeProto, out: list, no
         return
     nodes.append(add)
     for x in add.input:
-        _sum_leaves(view, x, add, out, nodes)
+        _sum_leaves(view, x, [add], out, nodes)
 
 
 def _lookup(view: GraphView, name: str) -> Optional[tuple[str, str]]:
@@ -87,30 +88,85 @@ def _first_positions(view: GraphView, ids: str) -> Optional[str]:
     return _seq_length_of(view, sl.input[2])
 
 
-def _norm(node: onnx.NodeProto, view: GraphView) -> Optional[tuple[list, str, str, float]]:
-    """(summed inputs, gamma, beta, epsilon) of a layer norm on the last axis (2: the lookups' sum is of rank 3)
-    with its main output only read."""
+def _norm(node: onnx.NodeProto, view: GraphView) -> Optional[tuple[list, str, str, float, list]]:
+    """(summed inputs, gamma, beta, epsilon, the norm's nodes reading them, the norm's other nodes) of a layer norm on
+    the last axis (2: the lookups' sum is of rank 3) with its main output only read."""
     if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx"):
         if attr(node, "axis", -1) not in (-1, 2) or len(node.input) < 3 or not node.input[2] \
                 or any(o for o in node.output[1:]):
             return None
-        return [node.input[0]], node.input[1], node.input[2], float(attr(node, "epsilon", 1e-5))
+        return [node.input[0]], node.input[1], node.input[2], float(attr(node, "epsilon", 1e-5)), [node], []
     if node.op_type == "SkipLayerNormalization" and node.domain == MS:
         if len(node.input) != 4 or any(o and view.readers.get(o) for o in node.output[1:]) \
                 or any(o in view.outputs for o in node.output[1:] if o):
             return None
-        return [node.input[0], node.input[1]], node.input[2], node.input[3], float(attr(node, "epsilon", 1e-12))
+        return [node.input[0], node.input[1]], node.input[2], node.input[3], float(attr(node, "epsilon", 1e-12)), \
+            [node], []
+    if node.op_type == "Add" and node.domain in ("", "ai.onnx"):
+        return _pieces(node, view)
     return None
+
+
+def _operands(view: GraphView, node: onnx.NodeProto, op_type: str) -> Optional[tuple[onnx.NodeProto, str]]:
+    """(the `op_type` node producing one input of binary `node`, the other input), either order, the producer read
+    by `node` only."""
+    for a, b in ((0, 1), (1, 0)):
+        p = view.node(node.input[a], op_type)
+        if p is not None and view.only_read_by(node.input[a], node):
+            return p, node.input[b]
+    return None
+
+
+def _last_axis_mean(view: GraphView, node: Optional[onnx.NodeProto]) -> bool:
+    if node is None or not attr(node, "keepdims", 1):
+        return False
+    axes = view.const(node.input[1]) if len(node.input) > 1 and node.input[1] else np.asarray(attr(node, "axes", []))
+    return axes is not None and (is_value(axes, -1) or is_value(axes, 2))
+
+
+def _pieces(end: onnx.NodeProto, view: GraphView) -> Optional[tuple[list, str, str, float, list, list]]:
+    """A layer norm in pieces ending in Add `end` (beta): Add(Mul(Div(d, Sqrt(Add(ReduceMean(Pow(d, 2) or d * d),
+    eps))), gamma), beta) with d = Sub(x, ReduceMean(x)) on the last axis; gamma, beta and eps constants."""
+    mul = _operands(view, end, "Mul")
+    if mul is None or view.const_type(mul[1]) is None:
+        return None
+    mul, beta = mul
+    div = _operands(view, mul, "Div")
+    if div is None or view.const_type(div[1]) is None:
+        return None
+    div, gamma = div
+    sub, sqrt = view.node(div.input[0], "Sub"), view.node(div.input[1], "Sqrt")
+    if sub is None or sqrt is None or not view.only_read_by(sqrt.output[0], div):
+        return None
+    add_eps = view.node(sqrt.input[0], "Add")
+    found = _operands(view, add_eps, "ReduceMean") if add_eps is not None and \
+        view.only_read_by(add_eps.output[0], sqrt) else None
+    eps = view.const(found[1]) if found is not None else None
+    if eps is None or eps.size != 1 or not _last_axis_mean(view, found[0]):
+        return None
+    var = found[0]
+    sq = view.node(var.input[0], "Pow") or view.node(var.input[0], "Mul")
+    d = sub.output[0]
+    if sq is None or not view.only_read_by(sq.output[0], var) or sq.input[0] != d or \
+            (sq.op_type == "Pow" and not is_value(view.const(sq.input[1]), 2)) or \
+            (sq.op_type == "Mul" and sq.input[1] != d):
+        return None
+    if d in view.outputs or any(r is not sq and r is not div for r in view.readers.get(d, [])):
+        return None
+    x, mean = sub.input[0], view.node(sub.input[1], "ReduceMean")
+    if not _last_axis_mean(view, mean) or mean.input[0] != x or not view.only_read_by(mean.output[0], sub):
+        return None
+    return [x], gamma, beta, float(eps.reshape(-1)[0]), [sub, mean], [mean, sub, sq, var, add_eps, sqrt, div, mul]
 
 
 def _match(view: GraphView, node: onnx.NodeProto):
     norm = _norm(node, view)
     if norm is None:
         return None
-    summed, gamma, beta, eps = norm
+    summed, gamma, beta, eps, owners, inner = norm
     leaves, adds, shapes = [], [], []
     for x in summed:
-        _sum_leaves(view, x, node, leaves, adds, shapes if node.op_type == "LayerNormalization" else None)
+        _sum_leaves(view, x, owners, leaves, adds, shapes if node.op_type != "SkipLayerNormalization" else None)
     if len(leaves) not in (2, 3):
         return None
     looks = [_lookup(view, x) for x in leaves]
@@ -134,7 +190,7 @@ def _match(view: GraphView, node: onnx.NodeProto):
     if any(len(d) != 2 or e != TensorProto.FLOAT or d[1] != tables[0][1][1] for e, d in tables):
         return None
     gathers = [view.prod[x] for x in leaves]
-    return word, looks[p][0], seg, gamma, beta, eps, adds + gathers, [r.output[0] for r in shapes]
+    return word, looks[p][0], seg, gamma, beta, eps, adds + gathers + inner, [r.output[0] for r in shapes]
 
 
 def fuse_embed_positions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:

@@ -142,9 +142,10 @@ def _fused_matmul(w: _Writer, n: onnx.NodeProto, rank: Callable[[str], Optional[
 def _skip_layernorm(w: _Writer, n: onnx.NodeProto) -> bool:
     if _used(n, 1) or _used(n, 2):  # mean and inv_std_var have no place in the decomposition's outputs
         return False
-    s = w.one("Add", n.input[0], n.input[1])
+    s = n.input[0]  # (input + bias) + skip: the registry's skip_layernorm, and how exporters write a residual block
     if _input(n, 4):
         s = w.one("Add", s, n.input[4])
+    s = w.one("Add", s, n.input[1])
     if _used(n, 3):
         s = w.one("Identity", s, out=n.output[3])
     w.layernorm(s, n.input[2], _input(n, 3), float(_attr(n, "epsilon", 1e-12)), n.output[0])

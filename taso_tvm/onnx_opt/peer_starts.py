@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import Counter
 from typing import Optional, Sequence
 
 import onnx
+from onnx import numpy_helper
 
 from ..errors import is_interrupt
 from ..onnx_io import weights
@@ -28,6 +30,43 @@ def looks_like_a_transformer(model: onnx.ModelProto) -> bool:
     return "MatMul" in ops and bool(ops & {"Softmax", "Attention", "MultiHeadAttention"})
 
 
+def heads_and_hidden(model: onnx.ModelProto) -> tuple[int, int]:
+    """(attention heads, hidden size) read from the graph, as a user would pass them to ORT's optimizer: the hidden
+    size is the commonest width of the square projection weights; the heads that width over the head size, the last
+    entry of a 4-D Reshape target [batch, sequence, heads or -1, head size] (a constant, or a Concat whose last piece
+    is one); (0, 0), the optimizer's own detection, where either is not found."""
+    consts = {t.name: t for t in model.graph.initializer}
+    consts.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
+                   if a.name == "value"})
+    square = [consts[n.input[1]].dims for n in model.graph.node if n.op_type in ("MatMul", "Gemm")
+              and len(n.input) > 1 and n.input[1] in consts]
+    widths = Counter(d[0] for d in square if len(d) == 2 and d[0] == d[1])
+    if not widths:
+        return 0, 0
+    hidden = widths.most_common(1)[0][0]
+    producers = {o: n for n in model.graph.node for o in n.output}
+
+    def values(name: str) -> list:
+        """The entries of a 1-D shape tensor, None where computed at run time."""
+        if name in consts:
+            return numpy_helper.to_array(consts[name]).reshape(-1).tolist()
+        n = producers.get(name)
+        if n is None or n.op_type != "Concat":
+            return []
+        out = []
+        for x in n.input:
+            out += values(x) if x in consts else [None] * (len(values(x)) or 1)
+        return out
+
+    heads = Counter()
+    for n in model.graph.node:
+        if n.op_type == "Reshape" and len(n.input) > 1:
+            shape = values(n.input[1])
+            if len(shape) == 4 and isinstance(shape[3], int) and 0 < shape[3] < hidden and hidden % shape[3] == 0:
+                heads[hidden // shape[3]] += 1
+    return (heads.most_common(1)[0][0], hidden) if heads else (0, 0)
+
+
 def ort_optimizer_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
                          wants: Optional[list] = None) -> Optional[onnx.ModelProto]:
     """ONNX Runtime's transformer optimizer's output for the user's model (opt_level 0: its fusions, not the
@@ -41,7 +80,8 @@ def ort_optimizer_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: fl
         from onnxruntime.transformers.optimizer import optimize_model
 
         with phase("ORT's transformer optimizer"), quiet():
-            out = optimize_model(copy.deepcopy(model), model_type="bert", num_heads=0, hidden_size=0,
+            heads, hidden = heads_and_hidden(model)
+            out = optimize_model(copy.deepcopy(model), model_type="bert", num_heads=heads, hidden_size=hidden,
                                  opt_level=0).model
         if not any(n.domain == MS_DOMAIN for n in out.graph.node):
             return None
@@ -88,4 +128,4 @@ def not_a_candidate(what: str, e: BaseException) -> None:
     log.info("%s is not a candidate (%s)", what, str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
-__all__ = ["ort_optimizer_output", "onnxscript_output", "PEER_STARTS", "looks_like_a_transformer", "not_a_candidate"]
+__all__ = ["heads_and_hidden", "ort_optimizer_output", "onnxscript_output", "PEER_STARTS", "looks_like_a_transformer", "not_a_candidate"]

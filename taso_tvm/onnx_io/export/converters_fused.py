@@ -35,7 +35,7 @@ def _const(ctx, name: str) -> Optional[np.ndarray]:
     return None if hit is None else np.asarray(hit[0])
 
 
-def _scalar(ctx, name: str) -> Optional[float]:
+def scalar_of(ctx, name: str) -> Optional[float]:
     v = _const(ctx, name)
     return None if v is None or v.size != 1 else float(v.reshape(-1)[0])
 
@@ -81,7 +81,7 @@ def _guard_ok(ctx, args) -> bool:
 def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: int, k_arg: int) -> Optional[str]:
     """ORT's attention node `op_type` over `inputs` + its attention_bias, then the NaN guard; None where the call
     has no such form (a scale that is not a constant, a fill that is not 0, shapes not static)."""
-    s = _scalar(ctx, args[3])
+    s = scalar_of(ctx, args[3])
     qd, kd = static_dims(call.args[q_arg].ty), static_dims(call.args[k_arg].ty)
     if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
         return None
@@ -128,7 +128,7 @@ def convert_skip_layernorm(ctx, call, attrs, args) -> Optional[str]:
     inputs = skip_layernorm_inputs(ctx, call, args)
     if inputs is None:
         return None
-    eps = float(attrs["epsilon"]) if len(args) == 5 else _scalar(ctx, args[5])
+    eps = float(attrs["epsilon"]) if len(args) == 5 else scalar_of(ctx, args[5])
     if eps is None:  # an epsilon computed at run time: the decomposition
         return None
     return ctx.node("SkipLayerNormalization", inputs, domain=MS, out_types=[_elem(ctx, args[0])], epsilon=eps)[0]
@@ -153,7 +153,7 @@ def _gelu_inputs(ctx, call, args, constants: tuple) -> Optional[list]:
     """[x] or [x, bias] of a GELU form whose trailing constant inputs are `constants` (to float32 rounding) and
     whose bias, when it has one, is a vector of x's last axis; None otherwise (the decomposition is written)."""
     n = len(constants)
-    consts = [_scalar(ctx, a) for a in args[len(args) - n:]]
+    consts = [scalar_of(ctx, a) for a in args[len(args) - n:]]
     if any(c is None for c in consts) or not np.allclose(consts, constants, rtol=GELU_RTOL, atol=0):
         return None
     if len(args) == n + 1:
@@ -180,7 +180,7 @@ def convert_tanh_gelu(ctx, call, attrs, args) -> Optional[str]:
 
 @register_fused("quick_gelu")
 def convert_quick_gelu(ctx, call, attrs, args) -> Optional[str]:
-    alpha = float(attrs["alpha"]) if len(args) == 1 else _scalar(ctx, args[1])
+    alpha = float(attrs["alpha"]) if len(args) == 1 else scalar_of(ctx, args[1])
     if alpha is None:  # alpha computed at run time: the decomposition
         return None
     return ctx.node("QuickGelu", [args[0]], domain=MS, out_types=[_elem(ctx, args[0])], alpha=float(alpha))[0]
@@ -192,4 +192,4 @@ def convert_fused_matmul(ctx, call, attrs, args) -> str:
                     transA=int(attrs["trans_a"]), transB=int(attrs["trans_b"]), alpha=float(attrs["alpha"]))[0]
 
 
-__all__ = ["FUSED_CONVERTERS", "register_fused", "skip_layernorm_inputs", "MS"]
+__all__ = ["FUSED_CONVERTERS", "register_fused", "skip_layernorm_inputs", "scalar_of", "MS"]

@@ -9,7 +9,7 @@ from typing import Optional
 
 from onnx import TensorProto
 
-from .converters_fused import MS, register_fused, skip_layernorm_inputs
+from .converters_fused import MS, register_fused, scalar_of, skip_layernorm_inputs
 
 SKIP_SUM_OUTPUT = 3  # SkipLayerNormalization's input_skip_bias_sum (outputs 1 and 2, mean and inv_std_var, unused)
 
@@ -17,12 +17,13 @@ SKIP_SUM_OUTPUT = 3  # SkipLayerNormalization's input_skip_bias_sum (outputs 1 a
 @register_fused("skip_layernorm_sum")
 def convert_skip_layernorm_sum(ctx, call, attrs, args) -> Optional[list]:
     inputs = skip_layernorm_inputs(ctx, call, args)
-    if inputs is None:
+    eps = float(attrs["epsilon"]) if len(call.args) == 5 else scalar_of(ctx, args[5])
+    if inputs is None or eps is None:  # an epsilon computed at run time: the decomposition
         return None
     elem = ctx.types.get(args[0], TensorProto.FLOAT)
     outputs = [ctx.fresh("skip_ln"), "", "", ctx.fresh("skip_sum")]
     out = ctx.node("SkipLayerNormalization", inputs, outputs=outputs, domain=MS, out_types=[elem, None, None, elem],
-                   epsilon=float(attrs["epsilon"]))
+                   epsilon=eps)
     return [out[0], out[SKIP_SUM_OUTPUT]]
 
 
@@ -39,7 +40,10 @@ def _int32(ctx, name: str) -> str:
 @register_fused("embed_layernorm")
 def convert_embed_layernorm(ctx, call, attrs, args) -> Optional[str]:
     n = len(call.args)
-    if n == 8:
+    eps = float(attrs["epsilon"]) if n in (6, 8) else scalar_of(ctx, args[n - 1])
+    if eps is None:  # an epsilon computed at run time: the decomposition
+        return None
+    if n in (8, 9):
         ids, seg_ids, word, pos, seg, gamma, beta, pos_ids = (args[i] for i in range(8))
         segment = [_int32(ctx, seg_ids)]
         tables = [word, pos, seg]
@@ -50,5 +54,5 @@ def convert_embed_layernorm(ctx, call, attrs, args) -> Optional[str]:
     inputs = [_int32(ctx, ids)] + segment[:1] + tables + [gamma, beta, "", _int32(ctx, pos_ids)]
     outputs = [ctx.fresh("embed_ln"), ctx.fresh("embed_mask_index")]
     return ctx.node("EmbedLayerNormalization", inputs, outputs=outputs, domain=MS,
-                    out_types=[elem, TensorProto.INT32], epsilon=float(attrs["epsilon"]))[0]
+                    out_types=[elem, TensorProto.INT32], epsilon=eps)[0]
 __all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm"]

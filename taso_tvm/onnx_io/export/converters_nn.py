@@ -121,7 +121,7 @@ def fuse_conv_bias(ctx, conv_call, bias_expr, bias_name):
     else:
         pc = exp.producer_call(bias_expr)
         src = None
-        if pc is not None and pc.op.name in ("relax.reshape", "relax.expand_dims") \
+        if pc is not None and getattr(pc.op, "name", None) in ("relax.reshape", "relax.expand_dims") \
                 and static_dims(pc.args[0]) == [C]:
             src = exp.value_of(pc.args[0])
         b1 = src if src is not None else ctx.reshape(bias_name, [C])
@@ -136,7 +136,7 @@ def _transposed_2d_source(ctx, expr):
     """If ``expr`` is a single-use permute_dims swapping a 2-D tensor, its input value."""
     exp = ctx.exporter
     pc = exp.producer_call(expr)
-    if pc is None or pc.op.name != "relax.permute_dims" or not exp.is_single_use(expr):
+    if pc is None or getattr(pc.op, "name", None) != "relax.permute_dims" or not exp.is_single_use(expr):
         return None
     if rank_of(pc.args[0]) != 2:
         return None
