@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_peers import THREADS, machine, manifest_models, run_onnxsim, run_ort_opt, Model  # noqa: E402
+from bench_peers import (THREADS, Model, ToolCell, checked_runners, machine, manifest_models, run_onnxsim,  # noqa: E402
+                         run_ort_opt, run_tool)
 from taso_tvm.onnx_opt.fused_census import fused_census  # noqa: E402
-from taso_tvm.runtime.check import CheckFailed, compare_outputs, run_onnx  # noqa: E402
-from taso_tvm.runtime.timing import compare, ort_runner, ort_session  # noqa: E402
+from taso_tvm.runtime.timing import compare  # noqa: E402
 
 log = logging.getLogger("bench_matrix")
 PEERS = ("onnxsim", "onnxslim", "ort-opt", "onnxscript")
@@ -53,12 +53,7 @@ TINY = ROOT / "tests" / "data" / "matrix"
 
 
 @dataclass
-class Cell:
-    variant: str
-    ok: bool = True
-    note: str = ""
-    tool_seconds: float = 0.0
-    median_ms: float = float("nan")
+class Cell(ToolCell):
     speedup: float = float("nan")  # original latency / this one's (median of per-round ratios)
     ci: tuple = (float("nan"), float("nan"))  # its 95 % interval
     vs_best_peer: float = float("nan")  # speedup over the best peer (taso-tvm's cells)
@@ -106,28 +101,12 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float) -> 
         ("taso-own", lambda d: run_taso(m.path, d, feeds, guard_cap, False))]
     for v, fn in steps:
         dst = work / f"{m.name}_{seq}_{v}.onnx"
-        t0 = time.monotonic()
-        try:
-            cells[v].note = fn(dst) or ""
+        if run_tool(cells[v], fn, dst):
             paths[v] = dst
-        except Exception as e:  # noqa: BLE001  (a tool's failure is a table entry)
-            cells[v].ok, cells[v].note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
-        cells[v].tool_seconds = time.monotonic() - t0
-    want = run_onnx(onnx.load(str(m.path)), feeds)
-    runners, names = [], []
-    for v in VARIANTS:
-        if v not in paths:
-            continue
-        c = cells[v]
-        try:
-            model = onnx.load(str(paths[v]))
-            if v != "original":
-                compare_outputs(run_onnx(model, feeds), want, rtol=1e-3, atol=1e-4)
-            c.fused = {k: list(t) for k, t in fused_census(model).items()}
-            runners.append(ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds))
-            names.append(v)
-        except (CheckFailed, Exception) as e:  # noqa: BLE001  (does not load, or differs)
-            c.ok, c.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+    def note(c: Cell, path: Path) -> None:
+        c.fused = {k: list(t) for k, t in fused_census(onnx.load(str(path))).items()}
+
+    runners, names = checked_runners(cells, paths, VARIANTS, feeds, note)
     res = compare(*runners, names=names, time_cap=time_cap)
     for lat in res.latencies:
         cells[lat.name].median_ms = lat.median * 1e3
@@ -192,28 +171,26 @@ def summary(rows: list) -> list[str]:
     return lines
 
 
+def _cell_text(c: dict) -> str:
+    """A cell of the table: the speedup [interval] (taso-tvm's: and over the best peer), tool seconds, fused layers."""
+    if not c["ok"]:
+        return f"failed: {c['note'][:60]}"
+    head = f"{c['median_ms']:.3g} ms" if c["variant"] == "original" else \
+        f"{c['speedup']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
+    if c["variant"].startswith("taso"):
+        lo, hi = c["vs_best_peer_ci"]
+        head += f", **{c['vs_best_peer']:.3f}x {c['best_peer']}** [{lo:.3f}, {hi:.3f}]"
+    parts = [head + ("" if c["variant"] == "original" else f", {c['tool_seconds']:.0f} s")]
+    parts += [short_fused(c["fused"])] if c["fused"] else []
+    parts += [c["note"].split(":")[0][:40]] if c["variant"] == "taso" and c["note"] else []
+    return "<br>".join(parts)
+
+
 def markdown(rows: list, cmd: str) -> str:
     lines = [f"Machine: {machine()}. Made by `{cmd}`.", ""] + summary(rows) + [
         "", "| model | seq | " + " | ".join(VARIANTS) + " | notes |", "|---|---|" + "---|" * len(VARIANTS) + "---|"]
     for r in rows:
-        out = []
-        for c in r["cells"]:
-            if not c["ok"]:
-                out.append(f"failed: {c['note'][:60]}")
-                continue
-            if c["variant"] == "original":
-                s = f"{c['median_ms']:.3g} ms"
-            else:
-                s = f"{c['speedup']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
-                if c["variant"].startswith("taso"):
-                    lo, hi = c["vs_best_peer_ci"]
-                    s += f", **{c['vs_best_peer']:.3f}x {c['best_peer']}** [{lo:.3f}, {hi:.3f}]"
-                s += f", {c['tool_seconds']:.0f} s"
-            if c["fused"]:
-                s += f"<br>{short_fused(c['fused'])}"
-            if c["variant"] == "taso" and c["note"]:
-                s += f"<br>{c['note'].split(':')[0][:40]}"
-            out.append(s)
+        out = [_cell_text(c) for c in r["cells"]]
         notes = "fewer fused: " + ", ".join(r["fewer_fused"]) if r["fewer_fused"] else ""
         lines.append(f"| {r['model']} | {r['seq']} | " + " | ".join(out) + f" | {notes} |")
     lines += ["", "Speedups: original latency / the variant's (median of per-round ratios, 95 % interval), all "

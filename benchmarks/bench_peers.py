@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -74,12 +74,18 @@ class Model:
 
 
 @dataclass
-class Cell:
+class ToolCell:
+    """One tool's entry of a row: whether its file was written and checked, what it said, its wall time, latency."""
+
     variant: str
     ok: bool = True
     note: str = ""
     tool_seconds: float = 0.0
     median_ms: float = float("nan")
+
+
+@dataclass
+class Cell(ToolCell):
     ratio: float = float("nan")  # to the original
     ci: tuple = (float("nan"), float("nan"))
     vs_peer: float = float("nan")  # latency ratio to the best peer (< 1: faster than it)
@@ -244,6 +250,41 @@ def run_taso(src: Path, dst: Path, feeds: dict, time_cap: float) -> str:
     return report.decision
 
 
+def run_tool(cell: Any, fn: Callable[[Path], Optional[str]], dst: Path) -> bool:
+    """Run one tool writing `dst`, into `cell` (a Cell with ok, note, tool_seconds): its wall time, and what it said
+    (`fn`'s return) or why it failed (a tool's failure is a table entry); whether it wrote its file."""
+    t0 = time.monotonic()
+    try:
+        cell.note = fn(dst) or ""
+    except Exception as e:  # noqa: BLE001
+        cell.ok, cell.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+    cell.tool_seconds = time.monotonic() - t0
+    return cell.ok
+
+
+def checked_runners(cells: dict, paths: dict, order: Sequence[str], feeds: dict,
+                    note: Callable[[Any, Path], None]) -> tuple[list, list]:
+    """(runners, names) of the variants' files (`paths`, "original" among them) in `order`, each checked against
+    the original's outputs first: a file that does not load or differs is its cell's failure, not a runner.
+    `note(cell, path)` records what a checked file holds."""
+    want = run_onnx(onnx.load(str(paths["original"])), feeds)
+    runners, names = [], []
+    for v in order:
+        if v not in paths:
+            continue
+        c = cells[v]
+        try:
+            if v != "original":
+                compare_outputs(run_onnx(onnx.load(str(paths[v])), feeds), want, rtol=1e-3, atol=1e-4)
+            runners.append(ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds))
+            names.append(v)
+        except (CheckFailed, Exception) as e:  # noqa: BLE001  (does not load, or differs)
+            c.ok, c.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+            continue
+        note(c, paths[v])
+    return runners, names
+
+
 def fused_counts(model: Any) -> dict:
     """`com.microsoft` operator type -> count in the model's main graph (`model`: a ModelProto or a path)."""
     if not isinstance(model, onnx.ModelProto):
@@ -295,36 +336,18 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float, pea
              ("ort-opt+taso", lambda d: run_taso(paths["ort-opt"], d, feeds, guard_cap))]
     for v, fn in steps:
         dst = work / f"{m.name}_{seq}_{v}.onnx"
-        t0 = time.monotonic()
-        try:
-            if v == "ort-opt+taso" and "ort-opt" not in paths:
-                raise RuntimeError("no ORT optimizer output")
-            note = fn(dst)
+        if v == "ort-opt+taso" and "ort-opt" not in paths:
+            cells[v].ok, cells[v].note = False, "RuntimeError: no ORT optimizer output"
+        elif run_tool(cells[v], fn, dst):
             paths[v] = dst
-            cells[v].note = note or ""
-        except Exception as e:  # a tool's failure is a table entry
-            cells[v].ok, cells[v].note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
-        cells[v].tool_seconds = time.monotonic() - t0
-    want = run_onnx(onnx.load(str(m.path)), feeds)
-    runners, names = [], []
-    for v in VARIANTS:
-        if v not in paths:
-            continue
-        c = cells[v]
+    def note(c: Cell, path: Path) -> None:
+        c.fused = fused_counts(path)
         try:
-            if v != "original":
-                compare_outputs(run_onnx(onnx.load(str(paths[v])), feeds), want, rtol=1e-3, atol=1e-4)
-            sess = ort_session(str(paths[v]), threads=THREADS, spin=False)
-            runners.append(ort_runner(sess, feeds))
-            names.append(v)
-            c.fused = fused_counts(paths[v])
-        except (CheckFailed, Exception) as e:  # noqa: BLE001  (does not load, or differs)
-            c.ok, c.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
-            continue
-        try:
-            c.session_fused = session_fused_counts(paths[v])
+            c.session_fused = session_fused_counts(path)
         except Exception as e:  # noqa: BLE001  (the optimized graph could not be written: the cell still counts)
-            log.warning("%s %s: no session graph (%s)", m.name, v, e)
+            log.warning("%s %s: no session graph (%s)", m.name, c.variant, e)
+
+    runners, names = checked_runners(cells, paths, VARIANTS, feeds, note)
     res = compare(*runners, names=names, time_cap=time_cap)
     flops = matmul_flops(onnx.load(str(m.path)), feeds)
     lat = {lt.name: lt for lt in res.latencies}

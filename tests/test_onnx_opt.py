@@ -273,3 +273,19 @@ def test_whole_model_sessions_are_made_once_for_the_checks_and_the_guard():
     broken.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(CheckFailed):
         s(broken, "the optimized model", CheckFailed)
+
+
+def test_the_guard_keeps_a_measured_gain():
+    """x @ w1 + x @ w2 rewritten as x @ (w1 + w2), half the work: the guard times it faster than the original (and
+    than onnxsim's output of it) and writes it."""
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("MatMul", ["x", "w2"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    g = helper.make_graph(nodes, "two_matmuls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 256])], w)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    out, report = optimize_onnx(m, ANALYTIC, time_cap=10.0)
+    assert report.decision.startswith("optimized"), report.decision
+    assert report.timing.ratios[0].verdict == "faster" and report.timing.ratios[0].ratio < 0.8
+    assert sum(n.op_type == "MatMul" for n in out.graph.node) == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import onnx
 from onnx import numpy_helper
@@ -67,29 +67,42 @@ def heads_and_hidden(model: onnx.ModelProto) -> tuple[int, int]:
     return (heads.most_common(1)[0][0], hidden) if heads else (0, 0)
 
 
+def checked_output(what: str, run: Callable[[], Optional[onnx.ModelProto]], model: onnx.ModelProto,
+                   feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
+                   wants: Optional[list] = None) -> Optional[onnx.ModelProto]:
+    """`run()`'s model (a tool's output for `model`) if it gave one and it equals `model` at every binding checked;
+    None where it gave none, failed or differs (`what` is logged as not a candidate, with why)."""
+    from ..runtime.check import check_onnx
+
+    try:
+        out = run()
+        if out is None:
+            return None
+        check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
+    except Exception as e:  # the tool's own failures, a wrong result: it is just not a candidate
+        not_a_candidate(what, e)
+        return None
+    return out
+
+
 def ort_optimizer_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
                          wants: Optional[list] = None) -> Optional[onnx.ModelProto]:
     """ONNX Runtime's transformer optimizer's output for the user's model (opt_level 0: its fusions, not the
     session's), if it fused something and equals the model at every binding checked; None for a model that is not
     a transformer or whose weights are kept out of it, where the optimizer fails or fuses nothing."""
-    from ..runtime.check import check_onnx
-
     if weights.has_references(model) or not looks_like_a_transformer(model):
         return None
-    try:
+
+    def run() -> Optional[onnx.ModelProto]:
         from onnxruntime.transformers.optimizer import optimize_model
 
         with phase("ORT's transformer optimizer"), quiet():
             heads, hidden = heads_and_hidden(model)
             out = optimize_model(copy.deepcopy(model), model_type="bert", num_heads=heads, hidden_size=hidden,
                                  opt_level=0).model
-        if not any(n.domain == MS_DOMAIN for n in out.graph.node):
-            return None
-        check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
-    except Exception as e:  # the optimizer's own failures, a wrong result: it is just not a candidate
-        not_a_candidate("ORT's transformer optimizer's output", e)
-        return None
-    return out
+        return out if any(n.domain == MS_DOMAIN for n in out.graph.node) else None
+
+    return checked_output("ORT's transformer optimizer's output", run, model, feeds, rtol, atol, threads, wants)
 
 
 def onnxscript_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, atol: float, threads: int = 1,
@@ -97,24 +110,19 @@ def onnxscript_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float
     """onnxscript's ORT fusions' output for the user's model (`onnxscript.rewriter.ort_fusions.optimize_for_ort`), if
     it fused something and equals the model at every binding checked; None for a model that is not a transformer or
     whose weights are kept out of it, where onnxscript fails or fuses nothing."""
-    from ..runtime.check import check_onnx
-
     if weights.has_references(model) or not looks_like_a_transformer(model):
         return None
-    try:
+
+    def run() -> Optional[onnx.ModelProto]:
         import onnx_ir as ir
         from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
         with phase("onnxscript's ORT fusions"), quiet():
             fused, counts = optimize_for_ort(ir.from_proto(copy.deepcopy(model)))
             out = ir.to_proto(fused)
-        if not any(counts.values()) or not any(n.domain == MS_DOMAIN for n in out.graph.node):
-            return None
-        check_onnx(model, out, feeds, rtol=rtol, atol=atol, threads=threads, wants=wants)
-    except Exception as e:  # onnxscript's own failures, a wrong result: it is just not a candidate
-        not_a_candidate("onnxscript's ORT fusions' output", e)
-        return None
-    return out
+        return out if any(counts.values()) and any(n.domain == MS_DOMAIN for n in out.graph.node) else None
+
+    return checked_output("onnxscript's ORT fusions' output", run, model, feeds, rtol, atol, threads, wants)
 
 
 # (name in the report, the tool's output): the peers whose outputs are candidates and starts of a second search
@@ -128,4 +136,4 @@ def not_a_candidate(what: str, e: BaseException) -> None:
     log.info("%s is not a candidate (%s)", what, str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
-__all__ = ["heads_and_hidden", "ort_optimizer_output", "onnxscript_output", "PEER_STARTS", "looks_like_a_transformer", "not_a_candidate"]
+__all__ = ["checked_output", "heads_and_hidden", "ort_optimizer_output", "onnxscript_output", "PEER_STARTS", "looks_like_a_transformer", "not_a_candidate"]
