@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from taso_tvm import zoo
 from taso_tvm.onnx_opt.driver import feeds_at, optimize_onnx
 from taso_tvm.onnx_opt.peer_starts import (heads_and_hidden, looks_like_a_transformer, onnxscript_output,
                                           ort_optimizer_output)
-from taso_tvm.runtime.check import reference_outputs
+from taso_tvm.onnx_opt.fused_census import fused_census
+from taso_tvm.runtime.check import reference_outputs, run_onnx
 from taso_tvm.runtime.timing import ort_session
 from taso_tvm.onnx_opt.prepare import make_binding
 
@@ -65,3 +67,20 @@ def test_heads_and_hidden_are_read_from_the_graph():
         m = onnx.load(str(Path(__file__).parent / "data" / "matrix" / f"{name}.onnx"))
         assert heads_and_hidden(m) == (4, 32), name
     assert heads_and_hidden(zoo.get_model("squeezenet")) == (0, 0)
+
+
+def test_the_search_from_each_peers_output_fuses_every_layer():
+    """From onnxscript's output of an opset-14 export (its layer norms in pieces, torch's epsilon dropped) and from
+    ORT's optimizer's output of the sdpa export (SkipLayerNormalization expanded for the search, no attention):
+    every attention, layer norm and GELU fused, equal to the user's model."""
+    for name, make in (("bert_eager_op14_tiny", onnxscript_output), ("bert_sdpa_op17_tiny", ort_optimizer_output)):
+        m = onnx.load(str(Path(__file__).parent / "data" / "matrix" / f"{name}.onnx"))
+        shapes = {k: [2, 16] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        feeds = [feeds_at(m, make_binding(m, shapes), None, 0)]
+        start = make(m, feeds, rtol=1e-3, atol=1e-4)
+        assert start is not None, name
+        out, report = optimize_onnx(start, {"budget": 10}, time_check=False, peer_starts=False)
+        assert all(done == total for done, total in fused_census(out).values()), (make.__name__, report.fused_line)
+        want, got = run_onnx(m, feeds[0]), run_onnx(out, feeds[0])
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4)
