@@ -26,8 +26,9 @@ def test_the_guard_times_ort_optimizers_output_for_a_transformer():
     m = onnx.load(str(DATA / "bert_tiny_cls_eager_op17.onnx"))
     out, report = optimize_onnx(m, {"cost": "analytic", "budget": 10}, time_cap=3.0)
     names = [lat.name for lat in report.timing.latencies]
-    assert "ort-optimizer" in names and "ort-optimizer+search" in names, names  # its file, and searched again
-    assert "onnxscript" in names, names
+    assert "ort-optimizer" in names and "onnxscript" in names, names
+    # the analytic costs leave layers unfused that ORT's optimizer fuses: its output is searched again
+    assert "ort-optimizer+search" in names, names
     t = report.timing
     fastest = min(range(1, len(names)), key=lambda i: t.latencies[i].median)
     written = report.decision.split(":")[0]

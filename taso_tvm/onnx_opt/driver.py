@@ -360,10 +360,14 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
                 [(name, make(users_model, check_feeds, rtol, atol, threads, wants)) for name, make in PEER_STARTS]
         if sim is not None:
             others.append(("onnxsim", sim))
+        ours = _fused_layers(result)
         for name, out in peers:  # a transformer: a peer's fusions, never ahead of what is written
             if out is None:
                 continue
             others.append((name, out))
+            if _fused_layers(out) <= ours:  # the search found every layer the peer fused: nothing to start from
+                log.info("%s fused no layer the search did not: not searched again", name)
+                continue
             with phase(f"search from {name}'s output", into=report.phases, label="peer start"):
                 again = _search_again(out, name, users_model, settings, shapes, fold, check_feeds, threads, rtol,
                                       atol, seed, inputs, wants)
@@ -383,6 +387,11 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     report.fused = fused_census(result)
     report.seconds = time.monotonic() - t0
     return result, report
+
+
+def _fused_layers(model: onnx.ModelProto) -> int:
+    """How many attentions, layer norms and GELUs the model runs as fused operators (`fused_census`)."""
+    return sum(done for done, _ in fused_census(model).values())
 
 
 def _search_again(start: onnx.ModelProto, name: str, users_model: onnx.ModelProto, settings: Any,
@@ -473,8 +482,7 @@ def _most_fused_level(models: Sequence[onnx.ModelProto], t: Any, fastest: int) -
     the one to keep: it is as fast here, and the fused kernels' lead grows with the sequence."""
     level = [i for i in range(1, len(models)) if i not in t.dropped and t.ratios[i - 1].verdict == "faster"
              and (i == fastest or t.between(fastest, i).verdict != "slower")]
-    return max(level, key=lambda i: (sum(done for done, _ in fused_census(models[i]).values()),
-                                     -t.latencies[i].median))
+    return max(level, key=lambda i: (_fused_layers(models[i]), -t.latencies[i].median))
 
 
 class _Sessions:
