@@ -11,6 +11,7 @@ taso-tvm searching from the original only (`--no-peer-starts`). Every file is ch
 outputs in ONNX Runtime, then all are timed in ONE alternating run per row (single runs in a fresh random order each
 round, 2 intra-op threads, thread spinning off for every session, a padded attention mask).
 
+    pip install -e ".[peers]"   # onnxslim
     python benchmarks/bench_matrix.py [NAMES] [--tiny] [--time-cap 40] [--guard-cap 20]
         [--md benchmarks/results/matrix.md] [--json benchmarks/results/matrix.json] [--append]
 
