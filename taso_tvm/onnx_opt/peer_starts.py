@@ -100,7 +100,11 @@ def ort_optimizer_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: fl
             heads, hidden = heads_and_hidden(model)
             out = optimize_model(copy.deepcopy(model), model_type="bert", num_heads=heads, hidden_size=hidden,
                                  opt_level=0).model
-        return out if any(n.domain == MS_DOMAIN for n in out.graph.node) else None
+        if not any(n.domain == MS_DOMAIN for n in out.graph.node):
+            return None
+        if not any(o.domain == MS_DOMAIN for o in out.opset_import):  # the optimizer leaves it out: onnx.checker
+            out.opset_import.append(onnx.helper.make_opsetid(MS_DOMAIN, 1))  # refuses a file without it
+        return out
 
     return checked_output("ORT's transformer optimizer's output", run, model, feeds, rtol, atol, threads, wants)
 
