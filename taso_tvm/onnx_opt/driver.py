@@ -477,11 +477,13 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
 
 
 def _most_fused_level(models: Sequence[onnx.ModelProto], t: Any, fastest: int) -> int:
-    """Of the candidates faster than the original (index 0) and not shown slower than the fastest one, the one that
-    runs the most layers as fused operators (`fused_census`; ties: the faster). Within the noise the fused graph is
-    the one to keep: it is as fast here, and the fused kernels' lead grows with the sequence."""
+    """Of the candidates faster than the original (index 0), not shown slower than the fastest one and with a median
+    within `GUARD_MIN_GAIN` of its, the one that runs the most layers as fused operators (`fused_census`; ties: the
+    faster). Within the noise the fused graph is the one to keep: it is as fast here, and the fused kernels' lead
+    grows with the sequence."""
+    bound = t.latencies[fastest].median * (1 + GUARD_MIN_GAIN)
     level = [i for i in range(1, len(models)) if i not in t.dropped and t.ratios[i - 1].verdict == "faster"
-             and (i == fastest or t.between(fastest, i).verdict != "slower")]
+             and (i == fastest or (t.latencies[i].median <= bound and t.between(fastest, i).verdict != "slower"))]
     return max(level, key=lambda i: (_fused_layers(models[i]), -t.latencies[i].median))
 
 
