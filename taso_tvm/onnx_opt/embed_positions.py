@@ -88,7 +88,7 @@ def _first_positions(view: GraphView, ids: str) -> Optional[str]:
     return _seq_length_of(view, sl.input[2])
 
 
-def _norm(node: onnx.NodeProto, view: GraphView) -> Optional[tuple[list, str, str, float, list]]:
+def _norm(node: onnx.NodeProto, view: GraphView) -> Optional[tuple[list, str, str, float, list, list]]:
     """(summed inputs, gamma, beta, epsilon, the norm's nodes reading them, the norm's other nodes) of a layer norm on
     the last axis (2: the lookups' sum is of rank 3) with its main output only read."""
     if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx"):

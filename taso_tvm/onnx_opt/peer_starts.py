@@ -12,12 +12,12 @@ from collections import Counter
 from typing import Callable, Optional, Sequence
 
 import onnx
-from onnx import numpy_helper
 
 from ..errors import is_interrupt
 from ..onnx_io import weights
 from ..progress import phase
 from ..quiet import quiet
+from .graph_match import GraphView
 
 log = logging.getLogger(__name__)
 
@@ -35,28 +35,22 @@ def heads_and_hidden(model: onnx.ModelProto) -> tuple[int, int]:
     size is the commonest width of the square projection weights; the heads that width over the head size, the last
     entry of a 4-D Reshape target [batch, sequence, heads or -1, head size] (a constant, or a Concat whose last piece
     is one); (0, 0), the optimizer's own detection, where either is not found."""
-    consts = {t.name: t for t in model.graph.initializer}
-    consts.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute
-                   if a.name == "value"})
-    square = [consts[n.input[1]].dims for n in model.graph.node if n.op_type in ("MatMul", "Gemm")
-              and len(n.input) > 1 and n.input[1] in consts]
-    widths = Counter(d[0] for d in square if len(d) == 2 and d[0] == d[1])
+    view = GraphView(model.graph)
+    dims = [view.const_type(n.input[1]) for n in model.graph.node if n.op_type in ("MatMul", "Gemm")
+            and len(n.input) > 1]
+    widths = Counter(d[1][0] for d in dims if d is not None and len(d[1]) == 2 and d[1][0] == d[1][1])
     if not widths:
         return 0, 0
     hidden = widths.most_common(1)[0][0]
-    producers = {o: n for n in model.graph.node for o in n.output}
 
     def values(name: str) -> list:
         """The entries of a 1-D shape tensor, None where computed at run time."""
-        if name in consts:
-            return numpy_helper.to_array(consts[name]).reshape(-1).tolist()
-        n = producers.get(name)
-        if n is None or n.op_type != "Concat":
-            return []
-        out = []
-        for x in n.input:
-            out += values(x) if x in consts else [None] * (len(values(x)) or 1)
-        return out
+        v = view.const(name)
+        if v is not None:
+            return v.reshape(-1).tolist()
+        n = view.node(name, "Concat")
+        return [] if n is None else [e for x in n.input for e in
+                                     (values(x) if view.const(x) is not None else [None] * (len(values(x)) or 1))]
 
     heads = Counter()
     for n in model.graph.node:
