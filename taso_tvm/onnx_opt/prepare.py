@@ -21,6 +21,8 @@ from onnx import numpy_helper
 
 from ..onnx_io.weights import LARGE_ELEMENTS, as_inputs, is_reference
 from ..quiet import quiet
+from ..runtime.dim_expr import base_dims, dim_value
+from ..runtime.dim_expr import parse as parse_dim
 from .. import errors as _errors
 
 log = logging.getLogger(__name__)
@@ -124,8 +126,8 @@ def symbolic_dims(model: onnx.ModelProto) -> dict[str, list[tuple[str, int]]]:
             continue
         for axis, d in enumerate(tt.shape.dim):
             name = _dim_name(vi, axis, d)
-            if name is not None:
-                out.setdefault(name, []).append((vi.name, axis))
+            for base in (base_dims(name) if name is not None else ()):
+                out.setdefault(base, []).append((vi.name, axis))
     return out
 
 
@@ -135,6 +137,7 @@ def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[
     sym = symbolic_dims(model)
     values: dict[str, int] = dict(dims or {})
     inputs = {vi.name: vi for vi in graph_inputs(model)}
+    derived: list[tuple[str, int]] = []  # (a dim written as an expression of others, the value given for it)
     for name, shape in (shapes or {}).items():
         vi = inputs.get(name)
         if vi is None:
@@ -149,8 +152,15 @@ def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[
                 if d.dim_value != v:
                     raise PrepareError(f"--input-shapes gives '{name}' dim {axis} = {v}; the model fixes it at "
                                        f"{d.dim_value}")
+            elif parse_dim(dn) is not None:
+                derived.append((dn, int(v)))
             elif values.setdefault(dn, int(v)) != int(v):
                 raise PrepareError(f"--input-shapes gives symbolic dim '{dn}' two values ({values[dn]} and {v})")
+    for dn, v in sorted(derived, key=lambda x: len(parse_dim(x[0]).names)):
+        values.update(parse_dim(dn).solve(v, values) or {})
+        if all(n in values for n in parse_dim(dn).names) and dim_value(dn, values) != v:
+            raise PrepareError(f"--input-shapes gives dim '{dn}' the value {v}; the other inputs make it "
+                               f"{dim_value(dn, values)}")
     for dn, places in sym.items():
         if dn not in values:
             values[dn] = DEFAULT_DIM_AXIS0 if any(axis == 0 for _, axis in places) else DEFAULT_DIM_OTHER
@@ -177,7 +187,7 @@ def _shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> dict[str, l
         tt = vi.type.tensor_type
         if not tt.HasField("shape"):
             continue
-        shapes[vi.name] = [values[_dim_name(vi, a, d)] if _dim_name(vi, a, d) else int(d.dim_value)
+        shapes[vi.name] = [dim_value(_dim_name(vi, a, d), values) if _dim_name(vi, a, d) else int(d.dim_value)
                            for a, d in enumerate(tt.shape.dim)]
     return shapes
 

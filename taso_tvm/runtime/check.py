@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .. import errors as _errors
+from .dim_expr import base_dims, dim_value
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,8 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
     dims.update({k: list(v) for k, v in (shapes or {}).items()})
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
-    params = {d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+    params = {b for vi in inputs for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")
+              for b in (d.dim_param, *base_dims(d.dim_param))}
     unknown = [k for k in dims if k not in params and k not in {vi.name for vi in inputs}]
     if unknown:
         raise CheckError(f"'{unknown[0]}' is neither an input nor a symbolic dim of the model")
@@ -189,7 +191,7 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
             shape = [int(d) for d in dims[vi.name]]
         else:
             shape = [d.dim_value if d.HasField("dim_value") else
-                     int(dims.get(d.dim_param, default_dim)) if d.HasField("dim_param") else default_dim
+                     _dim_at(d.dim_param, dims, default_dim) if d.HasField("dim_param") else default_dim
                      for d in tt.shape.dim]
         if any(d < 0 for d in shape):
             raise CheckError(f"input '{vi.name}': negative dim in shape {shape}")
@@ -203,6 +205,13 @@ def random_feeds(model: Any, dims: Optional[Mapping[str, Any]] = None, seed: int
         except CheckError as e:
             raise CheckError(f"input '{vi.name}': {e}") from None
     return feeds
+
+
+def _dim_at(name: str, dims: Mapping[str, Any], default_dim: int) -> int:
+    """A symbolic dim's size: given by name, else its expression of other dims (`past + 1`) at their values."""
+    if name in dims:
+        return int(dims[name])
+    return dim_value(name, {k: v for k, v in dims.items() if not isinstance(v, (list, tuple))}, default_dim)
 
 
 # ----------------------------------------------------------------------------------------- ONNX Runtime
