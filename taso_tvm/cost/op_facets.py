@@ -107,7 +107,8 @@ def _mean_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
 for _op, _names, _flops in (("conv2d", ("conv2d",), _conv2d_flops), ("matmul", ("matmul",), _matmul_flops),
                             ("maxpool2d", ("max_pool2d",), _pool_flops), ("avgpool2d", ("avg_pool2d",), _pool_flops),
                             ("mean", ("mean",), _mean_flops), ("softmax", ("softmax",), _per_element(12)),
-                            ("layernorm", ("layer_norm",), _per_element(8))):
+                            ("layernorm", ("layer_norm",), _per_element(8)),
+                            ("rmsnorm", ("rms_norm",), _per_element(5))):
     register_facet(_op, FUSION, _reduction)
     register_facet(_op, TVM_NAMES, _names)
     register_facet(_op, FLOPS, _flops)
@@ -193,7 +194,8 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip
     register_facet(_op, FLOPS, _flops)
 
 # graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
-for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10))):
+for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10)),
+                    ("skip_rmsnorm", _per_element(7)), ("skip_rmsnorm_sum", _per_element(7))):  # graph/ops/rms_norm.py
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

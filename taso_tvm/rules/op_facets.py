@@ -86,6 +86,7 @@ register_facet("batchnorm", POSITIVE_INPUTS, (4,))  # the variance
 register_facet("softmax", AXIS_ATTR, "axis")
 register_facet("softmax", DOMAINS, {"axis": "axis"})
 register_facet("layernorm", DOMAINS, {"axes": "trailing_axes", "epsilon": (1e-5, 1e-3)})
+register_facet("rmsnorm", DOMAINS, {"axes": "trailing_axes", "epsilon": (1e-5, 1e-3)})
 register_facet("mean", DOMAINS, {"axes": "axes", "keepdims": (False, True)})
 
 register_facet("concat", AXIS_ATTR, "axis")
@@ -93,6 +94,7 @@ register_facet("concat", DOMAINS, {"axis": "axis"})
 register_facet("split", AXIS_ATTR, "axis")
 register_facet("split", MULTI_OUTPUT, True)
 register_facet("skip_layernorm_sum", MULTI_OUTPUT, True)  # graph/ops/fused_norm.py: the norm and the sum
+register_facet("skip_rmsnorm_sum", MULTI_OUTPUT, True)  # graph/ops/rms_norm.py: the norm and the sum
 register_facet("split", DOMAINS, {"axis": "axis", "sizes": "partition"})
 register_facet("slice", AXIS_ATTR, "axis")  # graph/ops/slice.py
 register_facet("slice", DOMAINS, {"axis": "axis", "begin": (0, 1, -1), "end": (1, 2, -1)})

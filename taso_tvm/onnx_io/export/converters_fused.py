@@ -104,20 +104,21 @@ def convert_attention(ctx, call, attrs, args) -> Optional[str]:
     return _attention_node(ctx, call, attrs, args, "Attention", [args[0], args[1], args[2]], 0, 0)
 
 
-def skip_layernorm_inputs(ctx, call, args) -> Optional[list]:
-    """SkipLayerNormalization's inputs [x, skip, gamma, beta(, bias)] for a call of skip_layernorm(_sum); None where
-    the bias is not zero and not a vector of the last axis (the decomposition is written)."""
-    x, skip, gamma, beta, bias = (args[i] for i in range(5))
+def skip_layernorm_inputs(ctx, call, args, bias_at: int = 4) -> Optional[list]:
+    """SkipLayerNormalization's inputs [x, skip, gamma, beta(, bias)] for a call of skip_layernorm(_sum) (`bias_at`
+    3: SkipSimplifiedLayerNormalization's [x, skip, gamma(, bias)] for skip_rmsnorm(_sum)); None where the bias is
+    not zero and not a vector of the last axis (the decomposition is written)."""
+    x, skip, params, bias = args[0], args[1], [args[i] for i in range(2, bias_at)], args[bias_at]
     narrow = ctx.initializers.keys() | ctx.broadcast_inputs
     if x in narrow and skip not in narrow:
         # ORT takes the batch from the first input and lets only the skip broadcast ([1, S, H], [S, H]): a constant
         # or an input with a fixed 1 (a position table) goes second, whatever the binding's shapes said (the sum
         # is symmetric)
         x, skip = skip, x
-    inputs = [x, skip, gamma, beta]
+    inputs = [x, skip, *params]
     if not _zero(ctx, bias):
         h = static_dims(call.args[0].ty)
-        if h is None or static_dims(call.args[4].ty) != h[-1:]:  # a scalar bias: the decomposition
+        if h is None or static_dims(call.args[bias_at].ty) != h[-1:]:  # a scalar bias: the decomposition
             return None
         inputs.append(bias)
     return inputs

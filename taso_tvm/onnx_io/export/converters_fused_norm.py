@@ -55,4 +55,29 @@ def convert_embed_layernorm(ctx, call, attrs, args) -> Optional[str]:
     outputs = [ctx.fresh("embed_ln"), ctx.fresh("embed_mask_index")]
     return ctx.node("EmbedLayerNormalization", inputs, outputs=outputs, domain=MS,
                     out_types=[elem, TensorProto.INT32], epsilon=eps)[0]
-__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm"]
+
+
+def _skip_rmsnorm(ctx, call, attrs, args, with_sum: bool) -> Optional[list]:
+    inputs = skip_layernorm_inputs(ctx, call, args, bias_at=3)
+    eps = float(attrs["epsilon"]) if len(call.args) == 4 else scalar_of(ctx, args[4])
+    if inputs is None or eps is None:  # an epsilon computed at run time: the decomposition
+        return None
+    elem = ctx.types.get(args[0], TensorProto.FLOAT)
+    outputs = [ctx.fresh("skip_rms")] + (["", "", ctx.fresh("skip_sum")] if with_sum else [])
+    out = ctx.node("SkipSimplifiedLayerNormalization", inputs, outputs=outputs, domain=MS,
+                   out_types=[elem] + ([None, None, elem] if with_sum else []), epsilon=eps)
+    return [out[0], out[SKIP_SUM_OUTPUT]] if with_sum else [out[0]]
+
+
+@register_fused("skip_rmsnorm")
+def convert_skip_rmsnorm(ctx, call, attrs, args) -> Optional[str]:
+    out = _skip_rmsnorm(ctx, call, attrs, args, with_sum=False)
+    return None if out is None else out[0]
+
+
+@register_fused("skip_rmsnorm_sum")
+def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
+    return _skip_rmsnorm(ctx, call, attrs, args, with_sum=True)
+
+
+__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum"]

@@ -147,7 +147,11 @@ def convert_rms_norm(ctx, call, attrs, args):
     axes = _norm_axes(attrs.axes, nd)
     eps = float(attrs.epsilon)
     t = ctx.types[x]
-    ms = ctx.reduce("ReduceMean", ctx.op("Mul", x, x), axes, True)
+    if axes == list(range(axes[0], nd)) and ctx.target_opset is not None and ctx.target_opset >= 23:
+        return ctx.op("RMSNormalization", x, w, axis=int(axes[0]), epsilon=eps)
+    # Pow(x, 2), ReduceMean, Add, Sqrt, Div, Mul: the form ONNX Runtime fuses into SimplifiedLayerNormalization when
+    # it loads the model (that operator's schema is ONNX Runtime's own, in the default domain: onnx.checker refuses it)
+    ms = ctx.reduce("ReduceMean", ctx.op("Pow", x, ctx.typed_scalar(2.0, t)), axes, True)
     y = ctx.op("Div", x, ctx.op("Sqrt", ctx.op("Add", ms, ctx.typed_scalar(eps, t))))
     return ctx.op("Mul", y, _unsqueeze_except(ctx, w, axes, nd))
 
