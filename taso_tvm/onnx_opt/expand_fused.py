@@ -74,6 +74,15 @@ class _Writer:
         return self.one("Add", self.one("Mul", n, gamma), beta, out=out)
 
 
+    def rmsnorm(self, s: str, gamma: str, eps: float, out: str) -> str:
+        """s / sqrt(mean(s * s) + eps) * gamma on the last axis (the pieces the rules lift to rmsnorm)."""
+        sq = self.one("Mul", s, s)
+        ms = self.one("ReduceMean", sq, axes=[-1]) if self.opset < 18 else \
+            self.one("ReduceMean", sq, self.const([-1], np.int64))  # axes an input from opset 18
+        return self.one("Mul", self.one("Div", s, self.one("Sqrt", self.one("Add", ms, self.const(eps)))), gamma,
+                        out=out)
+
+
 def _attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
@@ -149,6 +158,27 @@ def _skip_layernorm(w: _Writer, n: onnx.NodeProto) -> bool:
     if _used(n, 3):
         s = w.one("Identity", s, out=n.output[3])
     w.layernorm(s, n.input[2], _input(n, 3), float(_attr(n, "epsilon", 1e-12)), n.output[0])
+    return True
+
+
+def _skip_rmsnorm(w: _Writer, n: onnx.NodeProto, read: set) -> bool:
+    if any(_used(n, i) and n.output[i] in read for i in (1, 2)):  # mean and inv_std_var: not in the decomposition
+        return False
+    s = n.input[0]  # (input + bias) + skip, as for SkipLayerNormalization
+    if _input(n, 3):
+        s = w.one("Add", s, n.input[3])
+    s = w.one("Add", s, n.input[1])
+    if _used(n, 3):
+        s = w.one("Identity", s, out=n.output[3])
+    w.rmsnorm(s, n.input[2], float(_attr(n, "epsilon", 1e-5)), n.output[0])
+    return True
+
+
+def _rmsnorm(w: _Writer, n: onnx.NodeProto, read: set) -> bool:
+    axis = int(_attr(n, "axis", -1))
+    if (_used(n, 1) and n.output[1] in read) or axis != -1 or int(_attr(n, "stash_type", 1)) != 1:  # the last axis, in float, only
+        return False
+    w.rmsnorm(n.input[0], n.input[1], float(_attr(n, "epsilon", 1e-5)), n.output[0])
     return True
 
 
@@ -285,12 +315,20 @@ def _types(model: onnx.ModelProto) -> dict[str, tuple]:
     return out
 
 
+# ONNX Runtime's own operators that its builders write in the default domain (onnx.checker knows no schema for them)
+RUNTIME_DEFAULT_DOMAIN = ("SimplifiedLayerNormalization",)
+
+
+def _runtime_node(n: onnx.NodeProto) -> bool:
+    return n.domain == MS or (n.domain in ("", "ai.onnx") and n.op_type in RUNTIME_DEFAULT_DOMAIN)
+
+
 def expand_fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """A copy of `model` with each com.microsoft node of a registry operator written as its decomposition, and how
     many were expanded (the model itself when none). Repeated while it expands more: a node whose input shapes
     come from another fused node is known only once that one is expanded (ONNX's shape inference stops there)."""
     total = 0
-    while any(n.domain == MS for n in model.graph.node):
+    while any(_runtime_node(n) for n in model.graph.node):
         model, count = _expand_once(model)
         if not count:
             break
@@ -309,6 +347,8 @@ def _expand_once(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     expanders: dict[str, Callable[[_Writer, onnx.NodeProto], bool]] = {
         "Gelu": _gelu, "BiasGelu": _bias_gelu, "FastGelu": _fast_gelu, "QuickGelu": _quick_gelu,
         "FusedMatMul": lambda w, n: _fused_matmul(w, n, rank), "SkipLayerNormalization": _skip_layernorm,
+        "SkipSimplifiedLayerNormalization": lambda w, n: _skip_rmsnorm(w, n, read),
+        "SimplifiedLayerNormalization": lambda w, n: _rmsnorm(w, n, read),
         "Attention": lambda w, n: _attention(w, n, shape),
         "MultiHeadAttention": lambda w, n: _multi_head_attention(w, n, shape),
         "EmbedLayerNormalization": lambda w, n: _embed_layernorm(w, n, read),
@@ -319,7 +359,7 @@ def _expand_once(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     taken |= {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
     nodes, count = [], 0
     for n in model.graph.node:
-        fn = expanders.get(n.op_type) if n.domain == MS else None
+        fn = expanders.get(n.op_type) if _runtime_node(n) else None
         w = _Writer(out.graph, n, opset, taken)
         if fn is not None and fn(w, n):
             nodes.extend(w.nodes)

@@ -4,7 +4,10 @@ there are (the summary's `fused` line: a model is only as fused as its least luc
 Counted on the model as written: a kind's fused operators, and its instances left unfused, taken as the operators
 that remain of it: a Softmax for an attention, a LayerNormalization (or a layer norm in pieces: two ReduceMeans) for
 a layer norm, an Erf for a GELU. A layer norm counts as fused when ONNX Runtime's optimizer fuses it too: with its
-residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization).
+residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization). RMS norms (decoders) count as layer
+norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as SimplifiedLayerNormalization or ONNX 23's
+RMSNormalization, or written in the pieces ONNX Runtime fuses into SimplifiedLayerNormalization when it loads the
+model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's Reciprocal of the Sqrt) they are left unfused.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import onnx
 FUSED = {
     "attention": ("Attention", "MultiHeadAttention", "PackedAttention", "PackedMultiHeadAttention",
                   "GroupQueryAttention", "DecoderMaskedSelfAttention", "DecoderMaskedMultiHeadAttention"),
-    "layer norm": ("SkipLayerNormalization", "EmbedLayerNormalization", "SkipSimplifiedLayerNormalization"),
+    "layer norm": ("SkipLayerNormalization", "EmbedLayerNormalization", "SkipSimplifiedLayerNormalization",
+                   "SimplifiedLayerNormalization", "RMSNormalization"),
     "GELU": ("Gelu", "BiasGelu", "FastGelu", "QuickGelu"),
 }
 MS_DOMAIN = "com.microsoft"
@@ -24,14 +28,48 @@ MS_DOMAIN = "com.microsoft"
 def fused_census(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """{kind: (fused, of how many)} for the kinds the model has (its top-level graph)."""
     ops = Counter(n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx", MS_DOMAIN))
-    left = {"attention": ops["Softmax"], "layer norm": ops["LayerNormalization"] + ops["ReduceMean"] // 2,
+    ln_pieces, rms_at_load, rms_left = _norms_in_pieces(model.graph)
+    left = {"attention": ops["Softmax"], "layer norm": ops["LayerNormalization"] + ln_pieces + rms_left,
             "GELU": ops["Erf"]}
     out = {}
     for kind, names in FUSED.items():
         done = sum(ops[name] for name in names)  # standard ONNX's Attention (23) and Gelu (20) count too
+        done += rms_at_load if kind == "layer norm" else 0
         if done + left[kind]:
             out[kind] = (done, done + left[kind])
     return out
+
+
+def _norms_in_pieces(graph: onnx.GraphProto) -> tuple[int, int, int]:
+    """(layer norms in pieces, RMS norms in the pieces ONNX Runtime fuses at load, other RMS norms in pieces), told
+    apart by the ReduceMean of a square (Pow 2 or x * x): of x - mean, a layer norm's variance; of x, an RMS norm."""
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for x in n.input:
+            readers.setdefault(x, []).append(n)
+
+    def only(name: str, op: str):
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and r[0].op_type == op else None
+
+    ln = at_load = other = 0
+    for n in graph.node:
+        sq = producer.get(n.input[0]) if n.op_type == "ReduceMean" and n.input else None
+        if sq is None or sq.op_type not in ("Pow", "Mul") or (sq.op_type == "Mul" and sq.input[0] != sq.input[1]):
+            continue
+        x = producer.get(sq.input[0])
+        if x is not None and x.op_type == "Sub":
+            ln += 1
+            continue
+        add = only(n.output[0], "Add")
+        root = only(add.output[0], "Sqrt") if add is not None else None
+        div = only(root.output[0], "Div") if root is not None else None
+        if sq.op_type == "Pow" and div is not None and div.input[0] == sq.input[0]:
+            at_load += 1
+        else:
+            other += 1
+    return ln, at_load, other
 
 
 def census_line(census: dict[str, tuple[int, int]]) -> str:

@@ -30,6 +30,23 @@ def relative_shape(in_dims, out_dims) -> list:
     return [0] * k + rest
 
 
+def trailing_kept(in_dims, out_dims) -> int:
+    """How many trailing dims a reshape keeps (equal at the ends of both shapes) where the relative target of
+    `relative_shape` would state one of them as a number after its -1: [B, Hk, R, T, D] -> [B, H, T, D] keeps
+    T and D, which `relative_shape` writes [0, -1, T, D] (T a past length: wrong at any other); 0 where it keeps
+    none or the target holds them already (a kept leading dim, or the -1)."""
+    k = 0
+    while k < min(len(in_dims), len(out_dims)) and in_dims[k] == out_dims[k]:
+        k += 1
+    m = 0
+    while m < min(len(in_dims), len(out_dims)) - k and in_dims[-1 - m] == out_dims[-1 - m]:
+        m += 1
+    middle = len(out_dims) - k - m  # the dims between: the first is the -1
+    if m == 0 or middle < 1 or 0 in out_dims or all(int(d) == 1 for d in out_dims[len(out_dims) - m:]):
+        return 0
+    return m
+
+
 def _reshape_to(ctx, x, shape_expr, out_expr_ty):
     """Reshape ``x`` to a Relax shape (ShapeExpr or a shape value)."""
     out_static = static_dims(out_expr_ty)
@@ -45,6 +62,11 @@ def _reshape_to(ctx, x, shape_expr, out_expr_ty):
         if in_static == out_static:
             return x  # reshape to the same shape
         if ctx.relative_reshape and in_static is not None:
+            m = trailing_kept(in_static, out_static)
+            if m:  # the trailing dims copied from the input's shape at run time, as the leading ones are (0)
+                head = relative_shape(in_static, out_static)[:len(out_static) - m]
+                tail = ctx.op("Shape", x, start=len(in_static) - m)
+                return ctx.op("Reshape", x, ctx.op("Concat", ctx.i64(head), tail, axis=0))
             return ctx.op("Reshape", x, ctx.i64(relative_shape(in_static, out_static)))
         return ctx.reshape(x, out_static)
     if isinstance(shape_expr, relax.ShapeExpr):

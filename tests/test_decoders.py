@@ -1,0 +1,69 @@
+"""Decoder LLMs (issue 35): tiny exports of each family (tests/data/decoders, written by
+benchmarks/peers/make_decoder_models.py --set tiny), prefill and one decode step over a KV cache, searched from the
+model as given without sample inputs (a decode step's mask is `past_sequence + 1` long: the dims related as the
+exporter wrote them), every RMS norm fused, and equal to the original in ONNX Runtime at bindings the search never
+saw, with left-padded rows."""
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from taso_tvm.onnx_opt import optimize_onnx
+from taso_tvm.onnx_opt.expand_fused import expand_fused
+from taso_tvm.onnx_opt.fused_census import fused_census
+from taso_tvm.runtime.check import random_feeds, run_onnx
+
+DATA = Path(__file__).parent / "data" / "decoders"
+ENTRIES = {e["name"]: e for e in json.loads((DATA / "manifest.json").read_text())["models"]} \
+    if (DATA / "manifest.json").exists() else {}
+EXPORTS = sorted(n for n, e in ENTRIES.items() if "prefill" in e["form"] or "decode" in e["form"])
+DEFAULT = {"llama_prefill_tiny", "llama_decode_tiny"}  # the others: `-m slow`
+
+
+def _feeds(model: onnx.ModelProto, batch: int, length: int, seed: int) -> dict:
+    """Inputs at `batch` and `length` (the sequence of a prefill, the past of a decode step), the first row padded
+    on the left (its first three positions masked), as a batch of prompts of different lengths is."""
+    names = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim}
+    dims = {k: v for k, v in (("batch", batch), ("sequence", length), ("past_sequence", length)) if k in names}
+    feeds = random_feeds(model, dims=dims, seed=seed)
+    mask = feeds["attention_mask"]
+    mask[:] = 1
+    mask[0, :3] = 0
+    return feeds
+
+
+@pytest.mark.parametrize("name", [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in EXPORTS])
+def test_every_rms_norm_fused_and_equal(name, tmp_path, monkeypatch):
+    model = onnx.load(str(DATA / ENTRIES[name]["file"]))
+    monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))  # cold: kernels measured afresh
+    out, report = optimize_onnx(model, time_check=False, peer_starts=False)
+    assert not report.decision.startswith("original: the model does not run"), report.decision
+    before, after = fused_census(model)["layer norm"], fused_census(out)["layer norm"]
+    assert before[0] == 0 and after == (before[1], before[1]), (before, after, report.decision)
+    for batch, length, seed in ((2, 16, 1), (3, 5, 2)):  # never searched at (the search binds 1 x 64 and 3 x 128)
+        feeds = _feeds(model, batch, length, seed)
+        want, got = run_onnx(model, feeds), run_onnx(out, feeds)
+        assert set(got) == set(want)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def test_the_genai_builders_norms_expand_exactly():
+    """onnxruntime-genai's graph: its SimplifiedLayerNormalization (default domain) and
+    SkipSimplifiedLayerNormalization nodes written as the pieces the rules lift, equal in ONNX Runtime."""
+    path = DATA / "llama_genai_tiny.onnx"
+    if not path.exists():
+        pytest.skip("no tiny genai-builder export (benchmarks/peers/make_decoder_models.py --set tiny)")
+    model = onnx.load(str(path))
+    expanded, count = expand_fused(model)
+    kinds = {n.op_type for n in expanded.graph.node}
+    assert count == 5 and not kinds & {"SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
+    assert fused_census(expanded)["layer norm"][0] == 0
+    feeds = random_feeds(model, dims={"batch_size": 2, "sequence_length": 1, "past_sequence_length": 7,
+                                      "total_sequence_length": 8, "kv_cache_dim": 16}, seed=3)
+    feeds["attention_mask"][:] = 1
+    want, got = run_onnx(model, feeds), run_onnx(expanded, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
