@@ -122,7 +122,8 @@ for _op, _name, _k in (("add", "add", 1), ("sub", "subtract", 1), ("mul", "multi
 
 for _op, _name, _k in (("relu", "relu", 1), ("sigmoid", "sigmoid", 10), ("tanh", "tanh", 10), ("gelu", "gelu", 14),
                        ("gelu_tanh", "gelu_tanh", 16), ("isnan", "isnan", 1),
-                       ("erf", "erf", 10), ("exp", "exp", 8), ("sqrt", "sqrt", 4), ("neg", "negative", 1)):
+                       ("erf", "erf", 10), ("exp", "exp", 8), ("sqrt", "sqrt", 4), ("neg", "negative", 1),
+                       ("cos", "cos", 10), ("sin", "sin", 10)):
     register_facet(_op, FUSION, _fusion(((ELEMWISE,), 0)))
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _per_element(_k))
@@ -195,7 +196,8 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip
 
 # graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
 for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10)),
-                    ("skip_rmsnorm", _per_element(7)), ("skip_rmsnorm_sum", _per_element(7))):  # graph/ops/rms_norm.py
+                    ("skip_rmsnorm", _per_element(7)), ("skip_rmsnorm_sum", _per_element(7)),  # graph/ops/rms_norm.py
+                    ("rotary", _per_element(3))):  # graph/ops/rotary.py
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

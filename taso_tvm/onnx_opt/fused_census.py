@@ -8,6 +8,8 @@ residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization
 norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as SimplifiedLayerNormalization or ONNX 23's
 RMSNormalization, or written in the pieces ONNX Runtime fuses into SimplifiedLayerNormalization when it loads the
 model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's Reciprocal of the Sqrt) they are left unfused.
+Rotary embeddings: RotaryEmbedding, or inside a GroupQueryAttention (query and key); left: transformers' rotate_half
+(a Neg of one half concatenated with the other).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ FUSED = {
     "layer norm": ("SkipLayerNormalization", "EmbedLayerNormalization", "SkipSimplifiedLayerNormalization",
                    "SimplifiedLayerNormalization", "RMSNormalization"),
     "GELU": ("Gelu", "BiasGelu", "FastGelu", "QuickGelu"),
+    "rotary": ("RotaryEmbedding",),
 }
 MS_DOMAIN = "com.microsoft"
 
@@ -30,11 +33,14 @@ def fused_census(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     ops = Counter(n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx", MS_DOMAIN))
     ln_pieces, rms_at_load, rms_left = _norms_in_pieces(model.graph)
     left = {"attention": ops["Softmax"], "layer norm": ops["LayerNormalization"] + ln_pieces + rms_left,
-            "GELU": ops["Erf"]}
+            "GELU": ops["Erf"], "rotary": _rotate_halves(model.graph)}
     out = {}
     for kind, names in FUSED.items():
         done = sum(ops[name] for name in names)  # standard ONNX's Attention (23) and Gelu (20) count too
         done += rms_at_load if kind == "layer norm" else 0
+        if kind == "rotary":  # GroupQueryAttention with do_rotary rotates the query and the key inside
+            done += 2 * sum(1 for n in model.graph.node if n.op_type == "GroupQueryAttention"
+                            and any(a.name == "do_rotary" and a.i for a in n.attribute))
         if done + left[kind]:
             out[kind] = (done, done + left[kind])
     return out
@@ -70,6 +76,12 @@ def _norms_in_pieces(graph: onnx.GraphProto) -> tuple[int, int, int]:
         else:
             other += 1
     return ln, at_load, other
+
+
+def _rotate_halves(graph: onnx.GraphProto) -> int:
+    """Rotary embeddings in pieces: transformers' rotate_half, a Neg of one half concatenated with the other."""
+    negs = {n.output[0] for n in graph.node if n.op_type == "Neg" and n.output}
+    return sum(1 for n in graph.node if n.op_type == "Concat" and len(n.input) == 2 and n.input[0] in negs)
 
 
 def census_line(census: dict[str, tuple[int, int]]) -> str:

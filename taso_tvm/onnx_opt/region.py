@@ -72,6 +72,13 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     outputs = [o for o in produced if o in read_outside]
     if not outputs:
         return None
+    for x in sorted(runtime):
+        chain = position_table(prep, x)
+        if chain is not None:  # the table's own nodes join the region (their outputs stay internal to it)
+            table_nodes, frontier = chain
+            nodes = table_nodes + nodes
+            produced_set.update(o for n in table_nodes for o in n.output)
+            runtime.add(frontier)
     inputs, inits, seen = [], [], set()
     refs = {t.name: t for t in weights.references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
@@ -89,6 +96,59 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
     return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs))
+
+
+TABLE_STEPS = ("Unsqueeze", "Cos", "Sin", "Mul")  # from a rotary table back to cat(freqs, freqs)
+
+
+def _same_at_every_binding(prep: Prepared, name: str) -> bool:
+    """Whether `name` folds to one value at every binding (a constant of the model, not of a symbolic dim)."""
+    values = [f.consts.get(name) for f in prep.folded]
+    return all(v is not None for v in values) and all(
+        np.shape(v) == np.shape(values[0]) and np.array_equal(v, values[0]) for v in values[1:])
+
+
+def position_table(prep: Prepared, name: str) -> Optional[tuple[list[onnx.NodeProto], str]]:
+    """(the nodes computing `name` from cat(t, t) on the last axis, t) where `name` is a table of a symbolic dim
+    (a rotary embedding's cos or sin: Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant),
+    else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
+    two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
+    never a region's node)."""
+    graph = prep.model.graph
+    producer = {o: n for n in graph.node for o in n.output if o}
+    chain: list[onnx.NodeProto] = []
+    node = producer.get(name)
+    while node is not None and node.op_type in TABLE_STEPS and len(chain) < 6:
+        if node.op_type == "Mul":
+            rest = [x for x in node.input if not _same_at_every_binding(prep, x)]
+            if len(rest) != 1 or any(np.size(prep.first.consts[x]) != 1 for x in node.input if x not in rest):
+                return None
+            nxt = rest[0]
+        else:
+            nxt = node.input[0]
+            if any(not _same_at_every_binding(prep, x) for x in node.input[1:] if x):
+                return None
+        chain.append(copy.deepcopy(node))
+        node = producer.get(nxt)
+    if node is None or node.op_type != "Concat" or len(node.input) != 2 or node.input[0] != node.input[1]:
+        return None
+    table = prep.first.types.get(name)
+    if table is None or not table.HasField("tensor_type"):
+        return None
+    dims = [d.dim_value for d in table.tensor_type.shape.dim]
+    for step in chain:  # the frontier's shape, read back from the table's: each Unsqueeze's axes dropped
+        if step.op_type == "Unsqueeze":
+            listed = prep.first.consts[step.input[1]] if len(step.input) > 1 else \
+                next((list(a.ints) for a in step.attribute if a.name == "axes"), [])  # an attribute before opset 13
+            axes = {int(a) % len(dims) for a in np.asarray(listed).reshape(-1)}
+            dims = [d for k, d in enumerate(dims) if k not in axes]
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    if not dims or 0 in dims or dims[-1] % 2 or axis not in (-1, len(dims) - 1) \
+            or not any(o.op_type in ("Cos", "Sin") for o in chain):
+        return None
+    frontier = onnx.helper.make_tensor_type_proto(table.tensor_type.elem_type, dims[:-1] + [dims[-1] // 2])
+    prep.first.types.setdefault(node.input[0], frontier)
+    return [copy.deepcopy(node)] + chain[::-1], node.input[0]
 
 
 def _fixed_ones(prep: Prepared, names: list[str]) -> tuple:

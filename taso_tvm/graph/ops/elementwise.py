@@ -186,6 +186,8 @@ GELU = _unary("gelu", "relax.nn.gelu", _gelu, R.nn.gelu, z3=_z3_uf("gelu"))
 GELU_TANH = _unary("gelu_tanh", "relax.nn.gelu_tanh", _gelu_tanh, R.nn.gelu_tanh, z3=_z3_uf("gelu_tanh"))
 ERF = _unary("erf", "relax.erf", _erf, R.erf, z3=_z3_uf("erf"))
 EXP = _unary("exp", "relax.exp", np.exp, R.exp, z3=_z3_uf("exp"))
+COS = _unary("cos", "relax.cos", np.cos, R.cos, z3=_z3_uf("cos"))  # rotary embeddings' tables
+SIN = _unary("sin", "relax.sin", np.sin, R.sin, z3=_z3_uf("sin"))
 SQRT = _unary("sqrt", "relax.sqrt", np.sqrt, R.sqrt, z3=_z3_uf("sqrt"))
 NEG = _unary("neg", "relax.negative", np.negative, R.negative, z3=_z3_unary(lambda v: -z3_val(v)))
 

@@ -133,7 +133,14 @@ def _reshape_norm(a: dict, t: Sequence[TensorType]) -> dict:
 
 
 def _reshape_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
-    shape = call.args[1]
+    """relax.reshape to a static shape; expand_dims and squeeze (ONNX's Unsqueeze and Squeeze) as the reshape to
+    their static result."""
+    if call.op.name != "relax.reshape":
+        shape = getattr(call.ty, "shape", None)
+        if not isinstance(shape, relax.ShapeExpr):
+            return None
+    else:
+        shape = call.args[1]
     if not isinstance(shape, relax.ShapeExpr):
         return None
     try:
@@ -144,7 +151,8 @@ def _reshape_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
 
 RESHAPE = register(OpDef(
     "reshape", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)], lambda x, a: [np.reshape(x[0], a["shape"])],
-    attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape",), lift=_reshape_lift,
+    attrs={"shape": None}, normalize=_reshape_norm, relax=("relax.reshape", "relax.expand_dims", "relax.squeeze"),
+    lift=_reshape_lift,
     z3=lambda x, a: [np.reshape(np.asarray(x[0], dtype=object), a["shape"])],
     lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])),
     doc="reshape (static)"))

@@ -1,4 +1,5 @@
-"""The fused layer norms of `graph/ops/fused_norm.py` as ONNX Runtime's nodes (domain ``com.microsoft``).
+"""The fused layer and RMS norms of `graph/ops/fused_norm.py` and `rms_norm.py`, and the rotary embedding of
+`rotary.py`, as ONNX Runtime's nodes (domain ``com.microsoft``).
 
 Registered into the fused converters' table (`converters_fused.register_fused`); a converter returns None where the
 call has no fused form, and the exporter then writes the decomposition.
@@ -10,6 +11,7 @@ from typing import Optional
 from onnx import TensorProto
 
 from .converters_fused import MS, register_fused, scalar_of, skip_layernorm_inputs
+from .tensor_types import static_dims
 
 SKIP_SUM_OUTPUT = 3  # SkipLayerNormalization's input_skip_bias_sum (outputs 1 and 2, mean and inv_std_var, unused)
 
@@ -80,4 +82,20 @@ def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
     return _skip_rmsnorm(ctx, call, attrs, args, with_sum=True)
 
 
-__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum"]
+@register_fused("rotary")
+def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
+    """RotaryEmbedding on x [batch, heads, sequence, head size] with one half table for the whole batch
+    ([1, 1, sequence, head size / 2]): the tables as its caches, read from row 0 on (position_ids [0], an offset);
+    anything else is written as the decomposition."""
+    x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
+    if x is None or tables is None or len(x) != 4 or len(tables) != 4 or tuple(tables[:2]) != (1, 1):
+        return None
+    half = x[3] // 2
+    caches = [ctx.op("Reshape", args[i], ctx.i64([-1, half])) for i in (1, 2)]
+    elem = ctx.types.get(args[0], TensorProto.FLOAT)
+    return ctx.node("RotaryEmbedding", [args[0], ctx.i64([0]), caches[0], caches[1]], domain=MS,
+                    out_types=[elem], interleaved=0)[0]
+
+
+__all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum",
+           "convert_rotary"]

@@ -95,7 +95,7 @@ def _try_coerced_softmax(ctx, call):
     an opset<13 Softmax/LogSoftmax -- is Softmax(x, axis=k) when d[k+1:] are all 1."""
     exp = ctx.exporter
     sm = exp.single_use_call(call.args[0])
-    if sm is None or sm.op.name not in ("relax.nn.softmax", "relax.nn.log_softmax"):
+    if sm is None or getattr(sm.op, "name", None) not in ("relax.nn.softmax", "relax.nn.log_softmax"):
         return None
     if rank_of(sm.args[0]) != 2 or int(sm.attrs.axis) not in (1, -1):
         return None
