@@ -217,11 +217,11 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
     keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None
     with quiet():
         out = export_relax(new_mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                           standard_ops=standard_ops, relative_reshape=rm.symbolic, initializer=keep,
+                           standard_ops=standard_ops, relative_reshape="trailing" if rm.symbolic else False, initializer=keep,
                            broadcast_inputs=rm.broadcast_inputs)
         del new_mod
         same = export_relax(mod, opset=opset, input_names=rm.inputs, output_names=rm.outputs,
-                            relative_reshape=rm.symbolic, initializer=keep, broadcast_inputs=rm.broadcast_inputs)
+                            relative_reshape="trailing" if rm.symbolic else False, initializer=keep, broadcast_inputs=rm.broadcast_inputs)
     del mod
     report = p.report
     del p

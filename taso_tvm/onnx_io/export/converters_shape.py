@@ -62,7 +62,7 @@ def _reshape_to(ctx, x, shape_expr, out_expr_ty):
         if in_static == out_static:
             return x  # reshape to the same shape
         if ctx.relative_reshape and in_static is not None:
-            m = trailing_kept(in_static, out_static)
+            m = trailing_kept(in_static, out_static) if ctx.relative_reshape == "trailing" else 0
             if m:  # the trailing dims copied from the input's shape at run time, as the leading ones are (0)
                 head = relative_shape(in_static, out_static)[:len(out_static) - m]
                 tail = ctx.op("Shape", x, start=len(in_static) - m)

@@ -46,7 +46,7 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
                  input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
                  model_name: str = "main", name_prefix: str = "",
                  origins: Optional[Dict[str, str]] = None, standard_ops: bool = False,
-                 relative_reshape: bool = False,
+                 relative_reshape: Union[bool, str] = False,
                  broadcast_inputs: Sequence[str] = (),
                  initializer: Optional[Callable[[str, np.ndarray, int], Optional[onnx.TensorProto]]] = None
                  ) -> onnx.ModelProto:
@@ -74,10 +74,12 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
         Write only default-domain ONNX operators: the runtime's fused operators (calls to functions lowered by
         ``taso_tvm.graph.ops.decompose`` in ``composite`` mode) are written as their decomposition instead of
         ONNX Runtime's ``com.microsoft`` nodes.
-    relative_reshape : bool, optional
+    relative_reshape : bool or "trailing", optional
         Write each static reshape relative to its input (the leading dims it keeps as 0, the first other one as
         -1), so that a graph exported at one binding of a model's symbolic dims also computes the same at others
         (a region of a model with a symbolic batch or sequence).
+        ``"trailing"``: also the trailing dims it keeps, read from the input's shape at run time (Shape, Concat):
+        ``[B, Hk, R, T, D] -> [B, H, T, D]`` holds at every T (a KV cache's length), not at one.
     broadcast_inputs : sequence of str, optional
         Graph inputs whose type has a fixed dim of 1 where the model's other tensors may have a symbolic one (a
         position table ``[1, S, H]`` beside ``[B, S, H]``): an operator that takes its shape from one operand (ONNX
@@ -99,7 +101,7 @@ def export_relax(mod_or_func: Union[tvm.IRModule, relax.Function], opset: Option
 
 
 def _export(mod_or_func, opset, input_names, output_names, model_name, origins=None,
-            standard_ops: bool = False, relative_reshape: bool = False, initializer=None,
+            standard_ops: bool = False, relative_reshape: Union[bool, str] = False, initializer=None,
             broadcast_inputs: Sequence[str] = ()) -> onnx.ModelProto:
     mod, func = _get_main(mod_or_func)
     exp = RelaxExporter(mod)
