@@ -38,7 +38,8 @@ def _feeds(model: onnx.ModelProto, batch: int, length: int, seed: int) -> dict:
 def test_every_rms_norm_and_rotary_fused_and_equal(name, tmp_path, monkeypatch):
     model = onnx.load(str(DATA / ENTRIES[name]["file"]))
     monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))  # cold: kernels measured afresh
-    out, report = optimize_onnx(model, time_check=False, peer_starts=False)
+    # the fusing step runs before the budgeted search: a small budget fuses as much
+    out, report = optimize_onnx(model, time_check=False, peer_starts=False, settings={"budget": 2})
     assert not report.decision.startswith("original: the model does not run"), report.decision
     for kind in ("layer norm", "rotary"):
         before, after = fused_census(model)[kind], fused_census(out).get(kind)
