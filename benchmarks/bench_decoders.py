@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_matrix import Cell, run_onnxscript, short_fused  # noqa: E402
+from bench_matrix import Cell, fill_timing, inverse, run_onnxscript, short_fused  # noqa: E402
 from bench_peers import THREADS, checked_runners, machine, run_tool  # noqa: E402
 from taso_tvm.onnx_opt.fused_census import fused_census  # noqa: E402
 from taso_tvm.runtime.check import CheckFailed, compare_arrays, run_onnx  # noqa: E402
@@ -220,10 +220,6 @@ def census(path: Path) -> dict:
     return {k: list(t) for k, t in fused_census(onnx.load(str(path), load_external_data=False)).items()}
 
 
-def _inv(x: float) -> float:
-    return float("inf") if x == 0 else 1.0 / x
-
-
 def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
 
@@ -303,11 +299,7 @@ def bench(entry: dict, path: Path, genai: Optional[dict], folder: Path, seq: int
         log.error("%s: the original does not run (%s)", tag, cells["original"].note)
         return list(cells.values())
     res = compare(*runners, names=names, time_cap=time_cap)
-    for lat in res.latencies:
-        cells[lat.name].median_ms = lat.median * 1e3
-    cells["original"].speedup, cells["original"].ci = 1.0, (1.0, 1.0)
-    for r in res.ratios:
-        cells[r.candidate].speedup, cells[r.candidate].ci = _inv(r.ratio), (_inv(r.ci[1]), _inv(r.ci[0]))
+    fill_timing(cells, res)
     eligible = [p for p in PEERS if p in names and cells[p].within_tolerance]
     best = max(eligible, key=lambda p: cells[p].speedup, default="original")
     if cells[best].speedup < 1.0:
@@ -319,7 +311,7 @@ def bench(entry: dict, path: Path, genai: Optional[dict], folder: Path, seq: int
         for other in ("original",) + PEERS:
             if other in names:
                 r = res.between(names.index(other), names.index(v))
-                c.vs[other] = [_inv(r.ratio), _inv(r.ci[1]), _inv(r.ci[0])]
+                c.vs[other] = [inverse(r.ratio), inverse(r.ci[1]), inverse(r.ci[0])]
         c.best_peer = best
         c.vs_best_peer, c.vs_best_peer_ci = c.vs[best][0], (c.vs[best][1], c.vs[best][2])
     log.info("%s: %s", tag, res.summary())

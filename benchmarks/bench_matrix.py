@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import onnx
 
@@ -87,8 +87,18 @@ def run_taso(src: Path, dst: Path, feeds: dict, guard_cap: float, peer_starts: b
     return report.decision
 
 
-def _inv(x: float) -> float:
+def inverse(x: float) -> float:
+    """A latency ratio as a speedup (1 / x)."""
     return float("inf") if x == 0 else 1.0 / x
+
+
+def fill_timing(cells: dict, res: Any) -> None:
+    """Each cell's median latency and speedup over the original [95 %] from one alternating run (`compare`)."""
+    for lat in res.latencies:
+        cells[lat.name].median_ms = lat.median * 1e3
+    cells["original"].speedup, cells["original"].ci = 1.0, (1.0, 1.0)
+    for r in res.ratios:
+        cells[r.candidate].speedup, cells[r.candidate].ci = inverse(r.ratio), (inverse(r.ci[1]), inverse(r.ci[0]))
 
 
 def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float) -> list[Cell]:
@@ -109,11 +119,7 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float) -> 
 
     runners, names = checked_runners(cells, paths, VARIANTS, feeds, note)
     res = compare(*runners, names=names, time_cap=time_cap)
-    for lat in res.latencies:
-        cells[lat.name].median_ms = lat.median * 1e3
-    cells["original"].speedup, cells["original"].ci = 1.0, (1.0, 1.0)
-    for r in res.ratios:
-        cells[r.candidate].speedup, cells[r.candidate].ci = _inv(r.ratio), (_inv(r.ci[1]), _inv(r.ci[0]))
+    fill_timing(cells, res)
     best = max((p for p in PEERS if p in names), key=lambda p: cells[p].speedup, default="original")
     if cells[best].speedup < 1.0:
         best = "original"
@@ -121,7 +127,7 @@ def bench(m: Model, seq: int, work: Path, time_cap: float, guard_cap: float) -> 
         if v in names:
             r = res.between(names.index(best), names.index(v))
             c = cells[v]
-            c.best_peer, c.vs_best_peer, c.vs_best_peer_ci = best, _inv(r.ratio), (_inv(r.ci[1]), _inv(r.ci[0]))
+            c.best_peer, c.vs_best_peer, c.vs_best_peer_ci = best, inverse(r.ratio), (inverse(r.ci[1]), inverse(r.ci[0]))
     log.info("%s seq %s: %s", m.name, seq, res.summary())
     return list(cells.values())
 
