@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_matrix import Cell, fill_timing, inverse, run_onnxscript, short_fused  # noqa: E402
-from bench_peers import THREADS, checked_runners, machine, run_tool  # noqa: E402
+from bench_peers import THREADS, checked_runners, machine, run_tool, write_results  # noqa: E402
 from taso_tvm.onnx_opt.fused_census import fused_census  # noqa: E402
 from taso_tvm.runtime.check import CheckFailed, compare_arrays, run_onnx  # noqa: E402
 from taso_tvm.runtime.timing import compare, ort_runner, ort_session  # noqa: E402
@@ -479,10 +479,7 @@ def main(argv: Optional[list] = None) -> int:
             row = row_of(e, a.seq, a.past, cells)
             row["row_seconds"] = time.monotonic() - t0
             rows = [r for r in rows if (r["model"], r["binding"]) != (name, row["binding"])] + [row]
-            a.md.parent.mkdir(parents=True, exist_ok=True)
-            a.md.write_text(markdown(rows, cmd, ort_model_type))
-            a.json.write_text(json.dumps({"machine": machine(), "ort_model_type": ort_model_type, "rows": rows},
-                                         indent=1, default=float) + "\n")
+            write_results(a.md, a.json, markdown(rows, cmd, ort_model_type), rows, ort_model_type=ort_model_type)
             for f in Path(tmp).iterdir():  # the tools' files of a row are not needed again (full size: GBs)
                 f.unlink()
             print(table_row(row), flush=True)

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_peers import (THREADS, Model, ToolCell, checked_runners, machine, manifest_models, run_onnxsim,  # noqa: E402
-                         run_ort_opt, run_tool)
+                         run_ort_opt, run_tool, write_results)
 from taso_tvm.onnx_opt.fused_census import fused_census  # noqa: E402
 from taso_tvm.runtime.timing import compare  # noqa: E402
 
@@ -260,9 +260,7 @@ def main(argv: Optional[list] = None) -> int:
                 rows = [r for r in rows if (r["model"], r["seq"]) != (name, seq)] + [row_of(m, seq, cells,
                                                                                           entries[name])]
                 rows[-1]["row_seconds"] = time.monotonic() - t0
-                a.md.parent.mkdir(parents=True, exist_ok=True)
-                a.md.write_text(markdown(rows, cmd.strip()))
-                a.json.write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1, default=float) + "\n")
+                write_results(a.md, a.json, markdown(rows, cmd.strip()), rows)
                 print(markdown(rows[-1:], cmd).splitlines()[-3], flush=True)
                 print(f"({name} seq {seq}: {rows[-1]['row_seconds']:.0f} s)", flush=True)
     print("\n".join(summary(rows)))

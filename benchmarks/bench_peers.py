@@ -394,6 +394,13 @@ def row_of(m: Model, seq: int, cells: list) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- report
+def write_results(md: Path, js: Path, text: str, rows: list, **meta: Any) -> None:
+    """The benchmark's markdown and its JSON (this machine, `meta`, the rows), written after every row."""
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text)
+    js.write_text(json.dumps({"machine": machine(), **meta, "rows": rows}, indent=1, default=float) + "\n")
+
+
 def machine() -> str:
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -524,10 +531,7 @@ def main(argv: Optional[list] = None) -> int:
                 rows = [r for r in rows if (r["model"], r["seq"]) != (m.name, seq)]  # a re-run supersedes a row
                 rows.append(row_of(m, seq, cells))
                 rows[-1]["row_seconds"] = time.monotonic() - t0
-                a.md.parent.mkdir(parents=True, exist_ok=True)
-                a.md.write_text(markdown(rows, peak))
-                a.json.write_text(json.dumps({"machine": machine(), "gemm_peak_gflops": peak, "rows": rows},
-                                             indent=1, default=float) + "\n")
+                write_results(a.md, a.json, markdown(rows, peak), rows, gemm_peak_gflops=peak)
                 print(markdown(rows[-1:], peak).splitlines()[-3], flush=True)
                 print(f"({m.name} seq {seq}: {rows[-1]['row_seconds']:.0f} s)", flush=True)
     print(f"wrote {a.md} and {a.json} ({time.monotonic() - t_all:.0f} s after the GEMM peak)")

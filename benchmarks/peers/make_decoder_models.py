@@ -95,7 +95,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_peer_models import SEED, _like_trained  # noqa: E402
+from make_peer_models import SEED, _like_trained, manifest_entries, spec_feeds  # noqa: E402
 
 # (transformers config class, causal LM class, the published config's arguments at the benchmark's depth)
 FAMILIES = {
@@ -311,19 +311,15 @@ def _share_weights(model, out: Path, family: str) -> str:
 
 def _feeds(spec: Spec, m, at: dict, rng) -> dict:
     specs, _ = _io(spec, m)
-    feeds = {}
-    for s in specs:
-        shape = [at[d] if isinstance(d, str) else d for d in s["shape"]]
-        if s["dtype"] == "float32":
-            feeds[s["name"]] = rng.standard_normal(shape).astype(np.float32)
-        elif s.get("pattern") == "padding_mask":
-            a = np.ones(shape, np.int64)
-            if shape[0] > 1:
-                a[1, :PAD] = 0  # left padding
-            feeds[s["name"]] = a
-        else:
-            feeds[s["name"]] = rng.integers(*s["range"], shape).astype(np.int64)
-    return feeds
+    return spec_feeds(specs, at, rng, _left_padded)
+
+
+def _left_padded(shape: list, rng) -> np.ndarray:
+    """Ones, the second row's first PAD positions 0 (left padding)."""
+    a = np.ones(shape, np.int64)
+    if shape[0] > 1:
+        a[1, :PAD] = 0
+    return a
 
 
 def _torch_outputs(module, spec: Spec, feeds: dict, names: list) -> list:
@@ -646,9 +642,7 @@ def main(argv: Optional[list] = None) -> int:
                    help="delete each family's HF checkpoint once its genai build is checked")
     p.add_argument("--out", type=Path, default=default_out())
     a = p.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    man_path = a.out / "manifest.json"
-    entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
+    man_path, entries = manifest_entries(a.out)
     failed = []
     for name in a.only or list(TINY_SET if a.set == "tiny" else FULL):
         if name not in MODELS:

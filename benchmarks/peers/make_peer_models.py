@@ -50,7 +50,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -387,6 +387,28 @@ def export(name: str, out: Path) -> dict:
     return entry
 
 
+def spec_feeds(specs: list, at: dict, rng, mask: Callable) -> dict:
+    """Inputs for the input specs at the symbolic dims' values `at`: floats standard normal, a padding mask made by
+    `mask(shape, rng)`, other integers within their range."""
+    feeds = {}
+    for s in specs:
+        shape = [at[d] if isinstance(d, str) else d for d in s["shape"]]
+        if s["dtype"] == "float32":
+            feeds[s["name"]] = rng.standard_normal(shape).astype(np.float32)
+        elif s.get("pattern") == "padding_mask":
+            feeds[s["name"]] = mask(shape, rng)
+        else:
+            feeds[s["name"]] = rng.integers(*s["range"], shape).astype(np.int64)
+    return feeds
+
+
+def _random_tail_mask(shape: list, rng) -> np.ndarray:
+    """Ones, the second half's positions past the middle 0 or 1 at random (padded rows of a batch)."""
+    m = np.ones(shape, np.int64)
+    m[:, shape[1] // 2 + 1:] = rng.integers(0, 2, (shape[0], shape[1] - shape[1] // 2 - 1))
+    return m
+
+
 def _check(path: Path, module, specs: list, dims: dict) -> None:
     """ONNX Runtime at each listed value of the symbolic dims equals the torch module."""
     import onnxruntime as ort
@@ -396,23 +418,20 @@ def _check(path: Path, module, specs: list, dims: dict) -> None:
     rng = np.random.default_rng(SEED)
     for k in range(len(next(iter(dims.values())))):
         at = {d: v[k] for d, v in dims.items()}
-        feeds = {}
-        for s in specs:
-            shape = [at[d] if isinstance(d, str) else d for d in s["shape"]]
-            if s["dtype"] == "float32":
-                feeds[s["name"]] = rng.standard_normal(shape).astype(np.float32)
-            elif s.get("pattern") == "padding_mask":
-                m = np.ones(shape, np.int64)
-                m[:, shape[1] // 2 + 1:] = rng.integers(0, 2, (shape[0], shape[1] - shape[1] // 2 - 1))
-                feeds[s["name"]] = m
-            else:
-                feeds[s["name"]] = rng.integers(*s["range"], shape).astype(np.int64)
+        feeds = spec_feeds(specs, at, rng, _random_tail_mask)
         got = sess.run(None, feeds)[0]
         with torch.no_grad():
             want = module(*[torch.from_numpy(feeds[s["name"]]) for s in specs]).numpy()
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
             raise SystemExit(f"{path.name}: ONNX Runtime differs from torch at {at}: "
                              f"{float(np.abs(got - want).max()):.3g}")
+
+
+def manifest_entries(out: Path) -> tuple[Path, dict]:
+    """(the folder's manifest path, its entries by name; none where it has no manifest yet), the folder made."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "manifest.json"
+    return path, ({e["name"]: e for e in json.loads(path.read_text())["models"]} if path.exists() else {})
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -426,9 +445,7 @@ def main(argv: Optional[list] = None) -> int:
                    help="keep models already in the manifest whose file is there with the listed size")
     p.add_argument("--out", type=Path, default=default_out())
     a = p.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    man_path = a.out / "manifest.json"
-    entries = {e["name"]: e for e in json.loads(man_path.read_text())["models"]} if man_path.exists() else {}
+    man_path, entries = manifest_entries(a.out)
     failed = []
     sets = {"eager": EAGER, "classifiers": CLASSIFIERS, "matrix": MATRIX, "matrix-tiny": MATRIX_TINY}
     for name in a.only or list(sets.get(a.set, MODELS)):

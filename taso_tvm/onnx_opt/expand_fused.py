@@ -73,7 +73,6 @@ class _Writer:
             return self.one("Mul", n, gamma, out=out)
         return self.one("Add", self.one("Mul", n, gamma), beta, out=out)
 
-
     def rmsnorm(self, s: str, gamma: str, eps: float, out: str) -> str:
         """s / sqrt(mean(s * s) + eps) * gamma on the last axis (the pieces the rules lift to rmsnorm)."""
         sq = self.one("Mul", s, s)
@@ -148,36 +147,34 @@ def _fused_matmul(w: _Writer, n: onnx.NodeProto, rank: Callable[[str], Optional[
     return True
 
 
+def _residual_sum(w: _Writer, n: onnx.NodeProto, bias: int) -> str:
+    """(input + bias) + skip of a Skip(Simplified)LayerNormalization (the registry's order, and how exporters write a
+    residual block), written to its sum output (3) where that is named."""
+    s = n.input[0]
+    if _input(n, bias):
+        s = w.one("Add", s, n.input[bias])
+    s = w.one("Add", s, n.input[1])
+    return w.one("Identity", s, out=n.output[3]) if _used(n, 3) else s
+
+
 def _skip_layernorm(w: _Writer, n: onnx.NodeProto) -> bool:
     if _used(n, 1) or _used(n, 2):  # mean and inv_std_var have no place in the decomposition's outputs
         return False
-    s = n.input[0]  # (input + bias) + skip: the registry's skip_layernorm, and how exporters write a residual block
-    if _input(n, 4):
-        s = w.one("Add", s, n.input[4])
-    s = w.one("Add", s, n.input[1])
-    if _used(n, 3):
-        s = w.one("Identity", s, out=n.output[3])
-    w.layernorm(s, n.input[2], _input(n, 3), float(_attr(n, "epsilon", 1e-12)), n.output[0])
+    w.layernorm(_residual_sum(w, n, 4), n.input[2], _input(n, 3), float(_attr(n, "epsilon", 1e-12)), n.output[0])
     return True
 
 
 def _skip_rmsnorm(w: _Writer, n: onnx.NodeProto, read: set) -> bool:
     if any(_used(n, i) and n.output[i] in read for i in (1, 2)):  # mean and inv_std_var: not in the decomposition
         return False
-    s = n.input[0]  # (input + bias) + skip, as for SkipLayerNormalization
-    if _input(n, 3):
-        s = w.one("Add", s, n.input[3])
-    s = w.one("Add", s, n.input[1])
-    if _used(n, 3):
-        s = w.one("Identity", s, out=n.output[3])
-    w.rmsnorm(s, n.input[2], float(_attr(n, "epsilon", 1e-5)), n.output[0])
+    w.rmsnorm(_residual_sum(w, n, 3), n.input[2], float(_attr(n, "epsilon", 1e-5)), n.output[0])
     return True
 
 
 def _rmsnorm(w: _Writer, n: onnx.NodeProto, read: set) -> bool:
     axis = int(_attr(n, "axis", -1))
-    if (_used(n, 1) and n.output[1] in read) or axis != -1 or int(_attr(n, "stash_type", 1)) != 1:  # the last axis, in float, only
-        return False
+    if (_used(n, 1) and n.output[1] in read) or axis != -1 or int(_attr(n, "stash_type", 1)) != 1:
+        return False  # the last axis, in float, only
     w.rmsnorm(n.input[0], n.input[1], float(_attr(n, "epsilon", 1e-5)), n.output[0])
     return True
 

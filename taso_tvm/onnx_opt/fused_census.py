@@ -17,6 +17,8 @@ from collections import Counter
 
 import onnx
 
+from .graph_match import GraphView
+
 FUSED = {
     "attention": ("Attention", "MultiHeadAttention", "PackedAttention", "PackedMultiHeadAttention",
                   "GroupQueryAttention", "DecoderMaskedSelfAttention", "DecoderMaskedMultiHeadAttention"),
@@ -49,22 +51,18 @@ def fused_census(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
 def _norms_in_pieces(graph: onnx.GraphProto) -> tuple[int, int, int]:
     """(layer norms in pieces, RMS norms in the pieces ONNX Runtime fuses at load, other RMS norms in pieces), told
     apart by the ReduceMean of a square (Pow 2 or x * x): of x - mean, a layer norm's variance; of x, an RMS norm."""
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for n in graph.node:
-        for x in n.input:
-            readers.setdefault(x, []).append(n)
+    view = GraphView(graph)
 
     def only(name: str, op: str):
-        r = readers.get(name, [])
+        r = view.readers.get(name, [])
         return r[0] if len(r) == 1 and r[0].op_type == op else None
 
     ln = at_load = other = 0
     for n in graph.node:
-        sq = producer.get(n.input[0]) if n.op_type == "ReduceMean" and n.input else None
+        sq = view.prod.get(n.input[0]) if n.op_type == "ReduceMean" and n.input else None
         if sq is None or sq.op_type not in ("Pow", "Mul") or (sq.op_type == "Mul" and sq.input[0] != sq.input[1]):
             continue
-        x = producer.get(sq.input[0])
+        x = view.prod.get(sq.input[0])
         if x is not None and x.op_type == "Sub":
             ln += 1
             continue

@@ -72,8 +72,9 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     outputs = [o for o in produced if o in read_outside]
     if not outputs:
         return None
+    producer = {o: n for n in graph.node for o in n.output if o} if runtime else {}
     for x in sorted(runtime):
-        chain = position_table(prep, x)
+        chain = position_table(prep, x, producer)
         if chain is not None:  # the table's own nodes join the region (their outputs stay internal to it)
             table_nodes, frontier = chain
             nodes = table_nodes + nodes
@@ -108,14 +109,13 @@ def _same_at_every_binding(prep: Prepared, name: str) -> bool:
         np.shape(v) == np.shape(values[0]) and np.array_equal(v, values[0]) for v in values[1:])
 
 
-def position_table(prep: Prepared, name: str) -> Optional[tuple[list[onnx.NodeProto], str]]:
+def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto]
+                   ) -> Optional[tuple[list[onnx.NodeProto], str]]:
     """(the nodes computing `name` from cat(t, t) on the last axis, t) where `name` is a table of a symbolic dim
     (a rotary embedding's cos or sin: Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant),
     else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
     two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
-    never a region's node)."""
-    graph = prep.model.graph
-    producer = {o: n for n in graph.node for o in n.output if o}
+    never a region's node). `producer`: the user's graph's tensor -> the node writing it."""
     chain: list[onnx.NodeProto] = []
     node = producer.get(name)
     while node is not None and node.op_type in TABLE_STEPS and len(chain) < 6:

@@ -30,8 +30,8 @@ class DimExpr:
         return int(_eval(self._tree, values))
 
     def solve(self, target: int, values: Mapping[str, int]) -> Optional[dict]:
-        """{name: value} for the one unbound name that makes the expression `target`, None if there is none (or no
-        unbound name, or several); found among the values 0 .. 4 * target + 64, the expression read as monotone."""
+        """{name: value} for the one unbound name that makes the expression `target` (the smallest such value in
+        0 .. 4 * target + 64), None if there is none, or no unbound name, or several."""
         free = [n for n in self.names if n not in values]
         if len(free) != 1:
             return None

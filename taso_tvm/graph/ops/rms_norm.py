@@ -57,7 +57,7 @@ def _z3(x: Sequence[np.ndarray], a: dict) -> list[np.ndarray]:
     data, gamma = (np.asarray(v, dtype=object) for v in x[:2])
     axes = tuple(normalize_axis(ax, data.ndim) for ax in a["axes"])
     ms = (data * data).mean(axis=axes, keepdims=True)
-    eps = _eps(x, a) if len(x) == 3 else float(a["epsilon"])
+    eps = _eps(x, a)
     inv = z3_map(lambda v: z3_recip(z3_apply("sqrt", z3_val(v) + eps)), ms)
     return [data * inv * gamma]
 

@@ -135,12 +135,7 @@ def _reshape_norm(a: dict, t: Sequence[TensorType]) -> dict:
 def _reshape_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     """relax.reshape to a static shape; expand_dims and squeeze (ONNX's Unsqueeze and Squeeze) as the reshape to
     their static result."""
-    if call.op.name != "relax.reshape":
-        shape = getattr(call.ty, "shape", None)
-        if not isinstance(shape, relax.ShapeExpr):
-            return None
-    else:
-        shape = call.args[1]
+    shape = call.args[1] if call.op.name == "relax.reshape" else getattr(call.ty, "shape", None)
     if not isinstance(shape, relax.ShapeExpr):
         return None
     try:

@@ -91,7 +91,8 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
     if x is None or tables is None or len(x) != 4 or len(tables) != 4 or tuple(tables[:2]) != (1, 1):
         return None
     half = x[3] // 2
-    caches = [ctx.op("Reshape", args[i], ctx.i64([-1, half])) for i in (1, 2)]
+    caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
+              for i in (1, 2)]  # one cache per table, however many rotations read it (a layer's query and key)
     elem = ctx.types.get(args[0], TensorProto.FLOAT)
     return ctx.node("RotaryEmbedding", [args[0], ctx.i64([0]), caches[0], caches[1]], domain=MS,
                     out_types=[elem], interleaved=0)[0]
