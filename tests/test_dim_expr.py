@@ -7,6 +7,7 @@ from onnx import TensorProto, helper
 
 from taso_tvm.onnx_opt.prepare import PrepareError, make_binding, second_bindings
 from taso_tvm.runtime.check import random_feeds, run_onnx
+from taso_tvm.errors import ModelError
 from taso_tvm.runtime.dim_expr import base_dims, dim_value, parse
 
 
@@ -19,6 +20,9 @@ def test_parse_and_evaluate():
         assert parse(plain) is None, plain
     assert base_dims("batch") == ("batch",) and base_dims("s0 + s1") == ("s0", "s1")
     assert parse("s0 - 2").solve(1, {}) == {"s0": 3} and parse("2*s0").solve(3, {}) is None
+    assert parse("12 // s").solve(4, {}) == {"s": 3}  # s = 0 skipped, not a crash
+    with pytest.raises(ModelError, match="'a // b' divides by zero at a=4, b=0"):
+        parse("a // b").value({"a": 4, "b": 0})
 
 
 def _cache_model() -> onnx.ModelProto:

@@ -12,6 +12,12 @@ import functools
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from .. import errors as _errors
+
+class DimExprError(_errors.ModelError, ValueError):
+    """A symbolic dim's expression that has no value at the dims given (a division by zero)."""
+
+
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
            ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
 _CALLS = {"max": max, "min": min}
@@ -27,7 +33,11 @@ class DimExpr:
 
     def value(self, values: Mapping[str, int]) -> int:
         """The expression at `values` (every name in `names` bound)."""
-        return int(_eval(self._tree, values))
+        try:
+            return int(_eval(self._tree, values))
+        except ZeroDivisionError:
+            at = ", ".join(f"{n}={values[n]}" for n in self.names)
+            raise DimExprError(f"symbolic dim '{self.text}' divides by zero at {at}") from None
 
     def solve(self, target: int, values: Mapping[str, int]) -> Optional[dict]:
         """{name: value} for the one unbound name that makes the expression `target` (the smallest such value in
@@ -37,8 +47,11 @@ class DimExpr:
             return None
         name = free[0]
         for v in range(0, 4 * max(target, 0) + 65):
-            if self.value({**values, name: v}) == target:
-                return {name: v}
+            try:
+                if self.value({**values, name: v}) == target:
+                    return {name: v}
+            except DimExprError:  # a divisor at 0: not a value the dim can take
+                continue
         return None
 
 
@@ -107,4 +120,4 @@ def dim_value(text: str, values: Mapping[str, int], default: Optional[int] = Non
     return e.value(values)
 
 
-__all__ = ["DimExpr", "parse", "base_dims", "dim_value"]
+__all__ = ["DimExpr", "DimExprError", "parse", "base_dims", "dim_value"]
