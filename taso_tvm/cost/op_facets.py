@@ -139,6 +139,9 @@ for _op, _name in (("concat", "concatenate"), ("transpose", "transpose"), ("resh
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _no_flops)
 register_facet("reshape", VIEW, True)
+register_facet("broadcast_to", FUSION, _fusion(((BROADCAST,), 0)))  # graph/ops/tensor.py: ONNX's Expand
+register_facet("broadcast_to", TVM_NAMES, ("broadcast_to",))
+register_facet("broadcast_to", FLOPS, _no_flops)
 
 register_facet("take", FUSION, _fusion(((INJECTIVE,), 0)))  # graph/ops/gather.py: an embedding lookup
 register_facet("take", TVM_NAMES, ("take",))
@@ -181,12 +184,18 @@ def _attention_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
     return proj + _mha_flops(attrs, [(b, s, e), (b, s, e), (b, s, e)], out_shapes)
 
 
+def _gqa_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    b, h, s, d = in_shapes[0]
+    t, dv = in_shapes[1][2], in_shapes[2][3]
+    return 2.0 * b * h * s * t * (d + dv) + 14.0 * b * h * s * t
+
+
 def _fused_matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
     k = in_shapes[0][-2] if attrs["trans_a"] else in_shapes[0][-1]
     return 2.0 * prod(out_shapes[0]) * k + (0.0 if float(attrs["alpha"]) == 1.0 else prod(out_shapes[0]))
 
 
-for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("skip_layernorm", _per_element(10)),
+for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("gqa", _gqa_flops), ("skip_layernorm", _per_element(10)),
                     ("bias_gelu", _per_element(15)), ("fast_gelu", _per_element(17)),
                     ("quick_gelu", _per_element(12)), ("fused_matmul", _fused_matmul_flops),
                     ("erf_gelu", _per_element(15)), ("tanh_gelu", _per_element(17))):

@@ -117,3 +117,28 @@ def default_opset(model: onnx.ModelProto) -> int:
         if o.domain in DEFAULT_DOMAINS:
             return int(o.version)
     return 1
+
+
+RAISABLE_FROM = 20  # the oldest opset raised to a newer one (older ones changed attributes into inputs)
+MEANING_CHANGED = frozenset({"GroupNormalization"})  # 21: per-channel scale and bias; 21-23 otherwise add types
+
+
+def can_raise_opset(model: onnx.ModelProto, to: int) -> bool:
+    """Whether the model's default-domain nodes compute the same at opset `to` as at its own: its opset is at
+    least RAISABLE_FROM and no node (subgraphs included) is an operator whose meaning changed since."""
+    have = default_opset(model)
+    if have >= to:
+        return True
+    if have < RAISABLE_FROM:
+        return False
+
+    def ok(graph: onnx.GraphProto) -> bool:
+        for n in graph.node:
+            if n.domain in DEFAULT_DOMAINS and n.op_type in MEANING_CHANGED:
+                return False
+            if any(not ok(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH) or any(
+                    not ok(g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs):
+                return False
+        return True
+
+    return ok(model.graph)

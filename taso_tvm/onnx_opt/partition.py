@@ -6,7 +6,8 @@ it back (tried once per distinct signature), and, in a model with symbolic dims,
 at both bindings (TVM resolves Flatten, Reshape's -1 or Slice ends to numbers: those nodes would bake the dim in).
 In a model with symbolic dims, reshapes are written relative to their input (the leading dims they keep as 0, the
 first other as -1), so a Reshape whose target shape is computed from a symbolic dim (attention heads split off
-[batch, sequence, hidden]) is searchable when that form is the same at both bindings.
+[batch, sequence, hidden]) is searchable when that form is the same at both bindings; an Expand likewise (the dims
+it keeps written as 1: transformers' repeat_kv expands [B, Hk, 1, T, D] by [1, 1, R, 1, 1]).
 Every other node stays in the output as it is.
 
 Convexity comes from levels: a node's level is the largest number of unsearchable nodes on any path that reaches
@@ -175,6 +176,11 @@ DATA_INPUT_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Wh
                             "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"})
 
 
+# operators whose shape input the exporter writes relative to the data input's shape (the dims kept as they are),
+# so that a shape computed from a symbolic dim is no obstacle where the written form is the same at both bindings
+RELATIVE_SHAPE_OPS = frozenset({"Reshape", "Expand"})
+
+
 def runtime_inputs(prep: Prepared, index: int) -> set[str]:
     """The inputs of kept node `index` that fold to a value depending on a symbolic dim and that the node reads as
     data: a region holding the node reads them as run-time inputs, computed by the user's nodes as they are."""
@@ -197,7 +203,7 @@ def node_status(prep: Prepared, index: int, probe: _Probe) -> Optional[str]:
         return "control flow"
     dep = prep.dim_dependent_inputs(index)
     data = runtime_inputs(prep, index)
-    if dep and not (node.op_type == "Reshape" and dep == {1}) and not data:  # a reshape is written relative
+    if dep and not (node.op_type in RELATIVE_SHAPE_OPS and dep == {1}) and not data:  # written relative
         return "reads a shape computed from a symbolic dim"
     forms = []
     for fb in prep.folded:

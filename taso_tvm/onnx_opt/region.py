@@ -12,9 +12,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..graph.ops.decompose import composite_attrs
 from ..onnx_io import weights
+from ..onnx_io.export import ATTENTION_OPSET
 from ..quiet import quiet
-from .onnx_graph import default_opset, live_nodes, node_reads
+from .onnx_graph import can_raise_opset, default_opset, live_nodes, node_reads
 from .partition import Region, runtime_inputs
 from .prepare import Prepared
 
@@ -31,6 +33,7 @@ class RegionModel:
     outputs: list[str]
     symbolic: bool = False  # the user's model has symbolic dims: reshapes are written relative to their input
     broadcast_inputs: tuple = ()  # inputs with a dim of 1 at every binding (a position table beside a batch)
+    opset_ceiling: int = 0  # the newest opset the user's model may be raised to (0: its own)
 
 
 @dataclass
@@ -96,7 +99,8 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
-    return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs))
+    ceiling = ATTENTION_OPSET if can_raise_opset(prep.model, ATTENTION_OPSET) else 0
+    return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs), ceiling)
 
 
 TABLE_STEPS = ("Unsqueeze", "Cos", "Sin", "Mul")  # from a rotary table back to cat(freqs, freqs)
@@ -180,6 +184,18 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
     return m
 
 
+RAISING_OPS = ("gqa",)  # fused operators whose standard form needs a newer opset than the user's model may have
+
+
+def _calls(mod: Any, names: tuple) -> bool:
+    """Whether the Relax module calls one of the fused operators `names` (a function of the module lowered from it)."""
+    for _, func in mod.functions.items():
+        found = composite_attrs(func)
+        if found is not None and found[0] in names:
+            return True
+    return False
+
+
 def _ops_and_weights(model: onnx.ModelProto) -> tuple:
     """The operators and constants a model uses, as multisets (constants by type, shape and digest): equal for a
     rewrite that ONNX cannot tell from the original (keeping the original then is always right)."""
@@ -212,6 +228,8 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
         trim()
         return None, p.report
     opset = default_opset(rm.model)
+    if rm.opset_ceiling > opset and _calls(new_mod, RAISING_OPS):
+        opset = rm.opset_ceiling  # ONNX's Attention: the model is written at its opset (`splice` raises it)
     # a model whose weights are kept out of it (`weights`): so are the exports', the weights the rewrite left as
     # they were referred to where they are, the others copied once (from the Relax constants, into the store)
     keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import onnx
 
-from .onnx_graph import live_nodes, topo_order, used_names
+from .onnx_graph import DEFAULT_DOMAINS, live_nodes, topo_order, used_names
 
 PREFIX = "taso_r{}_"
 
@@ -76,12 +76,15 @@ def splice(model: onnx.ModelProto, replacements: Sequence[tuple[Sequence[int], o
     kept_inits = [t for t in g.initializer if t.name in used_after or t.name not in used_before]
     del g.initializer[:]
     g.initializer.extend(kept_inits)
-    have = {o.domain for o in out.opset_import}
+    have = {o.domain: o for o in out.opset_import}
     for _, region, _ in replacements:  # a region may use the runtime's fused operators (com.microsoft)
         for o in region.opset_import:
             if o.domain not in have and any(n.domain == o.domain for n in g.node):
                 out.opset_import.append(copy.deepcopy(o))
-                have.add(o.domain)
+                have[o.domain] = out.opset_import[-1]
+            elif o.domain in DEFAULT_DOMAINS and o.domain in have and o.version > have[o.domain].version:
+                have[o.domain].version = o.version  # written at a newer opset (ONNX's Attention): the region's
+                # exporter was allowed it (`onnx_graph.can_raise_opset`)
     init_names = {t.name for t in g.initializer}
     dropped = {t.name for t in model.graph.initializer} - init_names
     for vi in [vi for vi in g.input if vi.name in dropped]:

@@ -36,12 +36,15 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
     order = [n for n in graph.topo_order() if n.id in members]
     boundary: dict = {}
     weights = graph.weight_only_ids()  # (cached on the graph)
+    context = _context_ids(graph)
     for n in order:
         for ref in n.inputs:
             # a weight, or a value computed from weights alone (a scale folded into a projection's weight), comes
-            # into the region as it is: rules that need a weight must see one, whichever region computed it
+            # into the region as it is: rules that need a weight must see one, whichever region computed it; so
+            # does a value a few operators compute from the graph's inputs (a rotary table, an attention mask:
+            # every layer's rules read its form)
             if ref[0] not in members and ref not in boundary and ref[0] not in weights \
-                    and store.nodes[ref[0]].op != "weight":
+                    and ref[0] not in context and store.nodes[ref[0]].op != "weight":
                 boundary[ref] = store.input(f"{PLACEHOLDER}{ref[0]}_{ref[1]}", store.type(ref))
     outputs = []
     for n in order:
@@ -53,6 +56,32 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
         return graph, {}, []
     sub = TensorGraph(store, outputs).replace(boundary)
     return sub, {v: k for k, v in boundary.items()}, outputs
+
+
+CONTEXT_OPS = 8  # operators: a value computed by at most this many from the graph's inputs is read as it is
+
+
+def _context_ids(graph: TensorGraph) -> frozenset:
+    """Ids of the computation nodes whose value at most CONTEXT_OPS operators compute from the graph's inputs and
+    weights (themselves included)."""
+    store = graph.store
+    closure: dict[int, Optional[frozenset]] = {}
+    for n in graph.topo_order():
+        if n.op in ("input", "weight"):
+            closure[n.id] = frozenset()
+            continue
+        acc: Optional[set] = {n.id}
+        for i, _ in n.inputs:
+            up = closure.get(i, frozenset() if store.nodes[i].op in ("input", "weight") else None)
+            if up is None:
+                acc = None
+                break
+            acc |= up
+            if len(acc) > CONTEXT_OPS:
+                acc = None
+                break
+        closure[n.id] = None if acc is None else frozenset(acc)
+    return frozenset(i for i, c in closure.items() if c)
 
 
 def _op_keys(graph: TensorGraph) -> tuple[list[int], list]:

@@ -62,17 +62,17 @@ def _check_heads(name: str, n: Any, *widths: Any) -> None:
             raise GraphError(f"{name}: width {w} is not divisible by {n} heads")
 
 
-def _check_scalar(name: str, t: TensorType) -> None:
+def check_scalar(name: str, t: TensorType) -> None:
     if t.size != 1 or t.ndim > 1:
         raise GraphError(f"{name}: scale must be a scalar, got shape {t.shape}")
 
 
-def _check_mask(name: str, m: TensorType, want: tuple) -> None:
+def check_mask(name: str, m: TensorType, want: tuple) -> None:
     if m.ndim > 4 or any(d not in (1, w) for d, w in zip(m.shape[::-1], want[::-1])):
         raise GraphError(f"{name}: mask shape {m.shape} does not broadcast to {want}")
 
 
-def _check_arity(name: str, t: Sequence[TensorType]) -> None:
+def check_arity(name: str, t: Sequence[TensorType]) -> None:
     if len(t) not in (5, 6):
         raise GraphError(f"{name}: takes 5 inputs (6 with the NaN guard's fill value), got {len(t)}")
     if len(t) == 6 and t[5].size != 1:
@@ -80,15 +80,15 @@ def _check_arity(name: str, t: Sequence[TensorType]) -> None:
 
 
 def _mha_check(t: Sequence[TensorType], a: dict) -> None:
-    _check_arity("mha", t)
+    check_arity("mha", t)
     q, k, v, scale, mask = t[:5]
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise GraphError("mha: query, key and value must be [batch, sequence, hidden]")
     if k.shape[:2] != v.shape[:2] or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise GraphError(f"mha: shapes {q.shape}, {k.shape}, {v.shape} do not fit")
     _check_heads("mha", a["num_heads"], q.shape[2], v.shape[2])
-    _check_scalar("mha", scale)
-    _check_mask("mha", mask, (q.shape[0], a["num_heads"], q.shape[1], k.shape[1]))
+    check_scalar("mha", scale)
+    check_mask("mha", mask, (q.shape[0], a["num_heads"], q.shape[1], k.shape[1]))
 
 
 def _heads_layout(bb: relax.BlockBuilder, x: relax.Expr, t: TensorType, n: int) -> relax.Expr:
@@ -126,13 +126,13 @@ def _attention(e: Evaluator, x: Sequence[Any], a: dict) -> list:
 
 
 def _attention_check(t: Sequence[TensorType], a: dict) -> None:
-    _check_arity("attention", t)
+    check_arity("attention", t)
     x, w, b, scale, mask = t[:5]
     if x.ndim != 3 or w.ndim != 2 or b.ndim != 1 or w.shape[1] % 3 or b.shape[0] != w.shape[1]:
         raise GraphError(f"attention: input {x.shape}, weights {w.shape}, bias {b.shape} do not fit")
     _check_heads("attention", a["num_heads"], w.shape[1] // 3)
-    _check_scalar("attention", scale)
-    _check_mask("attention", mask, (x.shape[0], a["num_heads"], x.shape[1], x.shape[1]))
+    check_scalar("attention", scale)
+    check_mask("attention", mask, (x.shape[0], a["num_heads"], x.shape[1], x.shape[1]))
 
 
 ATTENTION = register_decomposed(

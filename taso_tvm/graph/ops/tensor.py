@@ -151,3 +151,30 @@ RESHAPE = register(OpDef(
     z3=lambda x, a: [np.reshape(np.asarray(x[0], dtype=object), a["shape"])],
     lower=lambda bb, args, a, t: R.reshape(args[0], list(a["shape"])),
     doc="reshape (static)"))
+
+
+def _broadcast_to_norm(a: dict, t: Sequence[TensorType]) -> dict:
+    shape = tuple(int(s) for s in a["shape"])
+    x = t[0].shape
+    if len(x) > len(shape) or any(d not in (1, s) for d, s in zip(x[::-1], shape[::-1])):
+        raise GraphError(f"broadcast_to: {x} does not broadcast to {shape}")
+    return {"shape": shape}
+
+
+def _broadcast_to_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
+    shape = call.args[1]
+    if not isinstance(shape, relax.ShapeExpr):
+        return None
+    try:
+        return [call.args[0]], {"shape": tuple(int(v) for v in shape.values)}
+    except (TypeError, ValueError):
+        return None
+
+
+BROADCAST_TO = register(OpDef(
+    "broadcast_to", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)],
+    lambda x, a: [np.ascontiguousarray(np.broadcast_to(x[0], a["shape"]))], attrs={"shape": None},
+    normalize=_broadcast_to_norm, relax=("relax.broadcast_to",), lift=_broadcast_to_lift,
+    z3=lambda x, a: [np.broadcast_to(np.asarray(x[0], dtype=object), a["shape"])],
+    lower=lambda bb, args, a, t: R.broadcast_to(args[0], list(a["shape"])),
+    doc="broadcast to a static shape (ONNX's Expand): the axes of 1 repeated"))

@@ -22,5 +22,6 @@ from .context import ExportError
 from .exporter import export_relax
 from .registry import CONVERTERS
 from .opset import DEFAULT_MIN_OPSET
+from .converters_fused import ATTENTION_OPSET
 
-__all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET"]
+__all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET", "ATTENTION_OPSET"]

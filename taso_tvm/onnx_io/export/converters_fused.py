@@ -19,11 +19,14 @@ MS = "com.microsoft"
 # fused operator name -> convert(ctx, call, attrs, args) -> ONNX value or None
 FusedConverter = Callable[..., Any]
 FUSED_CONVERTERS: Dict[str, FusedConverter] = {}
+STANDARD_CONVERTERS: set = set()  # those writing default-domain operators only: they also run with standard_ops
 
 
-def register_fused(name: str) -> Callable[[FusedConverter], FusedConverter]:
+def register_fused(name: str, standard: bool = False) -> Callable[[FusedConverter], FusedConverter]:
     def deco(fn: FusedConverter) -> FusedConverter:
         FUSED_CONVERTERS[name] = fn
+        if standard:
+            STANDARD_CONVERTERS.add(name)
         return fn
 
     return deco
@@ -102,6 +105,24 @@ def convert_mha(ctx, call, attrs, args) -> Optional[str]:
 @register_fused("attention")
 def convert_attention(ctx, call, attrs, args) -> Optional[str]:
     return _attention_node(ctx, call, attrs, args, "Attention", [args[0], args[1], args[2]], 0, 0)
+
+
+ATTENTION_OPSET = 23  # ONNX's Attention (grouped heads, additive mask): ONNX Runtime runs it from 1.23 on
+
+
+@register_fused("gqa", standard=True)
+def convert_gqa(ctx, call, attrs, args) -> Optional[str]:
+    """ONNX 23's Attention on the 4-D query, key and value (kv heads fewer than the query's: its grouped form) with
+    the mask as attn_mask, then the NaN guard; None below opset 23 (a model's opset is raised only where the
+    caller asks for it) or where the scale is not a constant."""
+    s = scalar_of(ctx, args[3])
+    mask = static_dims(call.args[4].ty)
+    if ctx.target_opset is not None and ctx.target_opset < ATTENTION_OPSET or s is None or mask is None \
+            or len(mask) > 4 or not _guard_ok(ctx, args):
+        return None
+    inputs = [args[0], args[1], args[2]] + ([] if _zero(ctx, args[4]) else [args[4]])
+    out = ctx.node("Attention", inputs, out_types=[_elem(ctx, args[0])], scale=s)[0]
+    return _guard(ctx, args, out)
 
 
 def skip_layernorm_inputs(ctx, call, args, bias_at: int = 4) -> Optional[list]:

@@ -163,9 +163,20 @@ def convert_squeeze(ctx, call, attrs, args):
     return ctx.squeeze(args[0], axes)
 
 
+def relative_broadcast(in_dims, out_dims) -> list:
+    """An Expand target that states `out_dims` relative to the input: 1 where the input's dim (aligned on the
+    right) is the output's (copied at run time, whatever its value), the output's dim where the input broadcasts:
+    [B, Hk, 1, T, D] -> [B, Hk, R, T, D] is [1, 1, R, 1, 1]."""
+    off = len(out_dims) - len(in_dims)
+    return [1 if k >= off and int(in_dims[k - off]) == int(d) else int(d) for k, d in enumerate(out_dims)]
+
+
 @register("relax.broadcast_to")
 def convert_broadcast_to(ctx, call, attrs, args):
     shape = call.args[1]
+    in_static, out_static = static_dims(call.args[0]), static_dims(ctx.out_ty)
+    if ctx.relative_reshape and in_static is not None and out_static is not None:
+        return ctx.op("Expand", args[0], ctx.i64(relative_broadcast(in_static, out_static)))
     if isinstance(shape, relax.ShapeExpr):
         st = ctx.shape_tensor(shape.values)
     else:

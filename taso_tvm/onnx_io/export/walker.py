@@ -17,7 +17,7 @@ from . import opset as _opset
 from .context import AttrView, EmitContext, ExportError
 from .tensor_types import is_prim, is_tir_var, onnx_dtype, prim_dtype
 from .registry import CONVERTERS
-from .converters_fused import FUSED_CONVERTERS
+from .converters_fused import FUSED_CONVERTERS, STANDARD_CONVERTERS
 from . import converters_fused_norm  # noqa: F401  (registers its converters)
 from ...graph.ops.decompose import composite_attrs
 
@@ -233,7 +233,7 @@ class RelaxExporter:
                 ctx.fail("callee is not in the module")
             callee = self.mod[op]
             if isinstance(callee, relax.Function):
-                fused = None if ctx.standard_ops else self._convert_fused(callee, call, env, var)
+                fused = self._convert_fused(callee, call, env, var)
                 if fused is not None:
                     return fused
                 vals = [self.eval_expr(a, env) for a in call.args]
@@ -255,7 +255,8 @@ class RelaxExporter:
         """The runtime's fused node for a call to a lowered fused operator (None: not one, or this call has no
         fused form, e.g. a scale that is not a constant; the caller then inlines the decomposition)."""
         found = composite_attrs(callee)
-        if found is None or found[0] not in FUSED_CONVERTERS:
+        if found is None or found[0] not in FUSED_CONVERTERS or (
+                self.ctx.standard_ops and found[0] not in STANDARD_CONVERTERS):
             return None
         name, fattrs = found
         ctx = self.ctx
