@@ -225,6 +225,7 @@ def test_fuzz_models(tmp_path, capsys):
     assert sum(tally[rc] for rc in (0, 1, 2)) == len(corpus) >= 120
 
 
+@pytest.mark.slow  # room in the default suite (issue 35); test_fuzz_models stays
 def test_fuzz_settings_and_rules(tmp_path, capsys):
     configs, rules = config_corpus(40), rule_corpus(12)
     tally = _fuzz_settings(tmp_path, capsys, configs, rules)
@@ -262,6 +263,7 @@ def test_fuzz_through_the_console_script(tmp_path):
     assert tally[0] >= 1 and tally[2] >= 2, tally
 
 
+@pytest.mark.slow  # room in the default suite (issue 35)
 def test_native_crash_cases_in_a_subprocess(tmp_path):
     exe = _console_script()
     env = dict(os.environ, PYTHONPATH=str(REPO))

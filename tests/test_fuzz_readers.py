@@ -228,6 +228,7 @@ def test_fuzz_rule_reader(data, capsys):
     _check_rules(data, capsys)
 
 
+@pytest.mark.slow  # room in the default suite (issue 35): the model and rule readers' fuzz stays
 @settings(**FAST)
 @given(data=mutated(SETTINGS_SEED))
 def test_fuzz_settings_reader(data):

@@ -116,7 +116,7 @@ print("threads", package.report.threads, result.threads, num_threads(), physical
 """
 
 
-@pytest.mark.parametrize("asked", [2, 0])
+@pytest.mark.parametrize("asked", [2, pytest.param(0, marks=pytest.mark.slow)])
 def test_compile_uses_the_threads_asked_in_a_fresh_process(asked):
     """TVM sizes its pool once (to 1 thread on this 2-core machine unless told): compile sets the count before
     anything starts the runtime, so the report, the run and the live pool all say what was asked (0: the

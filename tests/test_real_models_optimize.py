@@ -12,7 +12,7 @@ import real_models as rm
 from taso_tvm.cli import main
 from util import assert_close, ort_run
 
-SLOW = {"fcos"}  # 2400 nodes: a minute of probing on 2 cores
+SLOW = {"fcos", "mobilenet_v3"}  # fcos: 2400 nodes, a minute of probing on 2 cores; mobilenet_v3: room in the default suite (issue 35)
 
 
 def _params():

@@ -13,9 +13,9 @@ import taso_tvm.taso as taso
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT.parent / "shared" / "reference" / "taso_examples"
-FAST = ["nasrnn", "bert", "resnet50"]
+FAST = ["bert"]
 # the rest in the slow suite (inceptionv3 builds and times whole models: graph.run_time())
-SLOW = ["resnext50", "nasnet_a", "batched_resnet", "enas", "inceptionv3", "test_onnx"]
+SLOW = ["nasrnn", "resnet50", "resnext50", "nasnet_a", "batched_resnet", "enas", "inceptionv3", "test_onnx"]
 
 
 @pytest.fixture(scope="module")

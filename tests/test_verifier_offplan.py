@@ -111,6 +111,7 @@ def test_sweep_finds_value_mismatches_with_integer_inputs():
     assert not np.allclose(a @ b, b @ a)  # the counterexample is real
 
 
+@pytest.mark.slow  # room in the default suite (issue 35)
 def test_sweep_is_deterministic_and_quiet_on_true_rules():
     same = STRIDE_SWAP.replace("false_stride_swap", "same_sides").replace(
         'u0: "conv2d(a, b, strides=[1, 1]', 'u0: "conv2d(a, b, strides=[2, 2]').replace(

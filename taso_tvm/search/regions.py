@@ -29,20 +29,20 @@ PERIOD_SHARE = 0.6  # a period must match at least this share of the operators i
 SMALL_CONSTANT = 64  # elements: constants up to this size are part of a region's identity (rules and costs read them)
 
 
-def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, list]:
-    """(subgraph over placeholders, placeholder ref -> real ref, the region's output refs in the full graph)."""
+def _region_graph(graph: TensorGraph, members: set, context: frozenset = frozenset()
+                  ) -> tuple[TensorGraph, dict, list]:
+    """(subgraph over placeholders, placeholder ref -> real ref, the region's output refs in the full graph);
+    the values of `context` are read as they are (`shared_context`)."""
     store = graph.store
     cons = graph.consumers()
     order = [n for n in graph.topo_order() if n.id in members]
     boundary: dict = {}
     weights = graph.weight_only_ids()  # (cached on the graph)
-    context = _context_ids(graph)
     for n in order:
         for ref in n.inputs:
             # a weight, or a value computed from weights alone (a scale folded into a projection's weight), comes
             # into the region as it is: rules that need a weight must see one, whichever region computed it; so
-            # does a value a few operators compute from the graph's inputs (a rotary table, an attention mask:
-            # every layer's rules read its form)
+            # does shared context (a rotary table: every layer's rules read its form)
             if ref[0] not in members and ref not in boundary and ref[0] not in weights \
                     and ref[0] not in context and store.nodes[ref[0]].op != "weight":
                 boundary[ref] = store.input(f"{PLACEHOLDER}{ref[0]}_{ref[1]}", store.type(ref))
@@ -61,9 +61,26 @@ def _region_graph(graph: TensorGraph, members: set) -> tuple[TensorGraph, dict, 
 CONTEXT_OPS = 8  # operators: a value computed by at most this many from the graph's inputs is read as it is
 
 
-def _context_ids(graph: TensorGraph) -> frozenset:
+def shared_context(graph: TensorGraph, runs: list[set]) -> frozenset:
     """Ids of the computation nodes whose value at most CONTEXT_OPS operators compute from the graph's inputs and
-    weights (themselves included)."""
+    weights (themselves included) and that operators of two or more other runs read: a decoder's rotary tables,
+    computed once and read by every layer. Each region reads them as they are, with the operators computing them."""
+    small = _input_closures(graph)
+    if not small:
+        return frozenset()
+    owner = {i: k for k, run in enumerate(runs) for i in run}
+    readers: dict[int, set] = {}
+    for n in graph.ops():
+        for i, _ in n.inputs:
+            if i in small and n.id in owner and owner[n.id] != owner.get(i):
+                readers.setdefault(i, set()).add(owner[n.id])
+    shared = {i for i, r in readers.items() if len(r) >= 2}
+    return frozenset(j for i in shared for j in small[i])
+
+
+def _input_closures(graph: TensorGraph) -> dict[int, frozenset]:
+    """{id: the computation nodes computing it} for the nodes that at most CONTEXT_OPS operators compute from the
+    graph's inputs and weights (themselves included)."""
     store = graph.store
     closure: dict[int, Optional[frozenset]] = {}
     for n in graph.topo_order():
@@ -81,7 +98,7 @@ def _context_ids(graph: TensorGraph) -> frozenset:
                 acc = None
                 break
         closure[n.id] = None if acc is None else frozenset(acc)
-    return frozenset(i for i, c in closure.items() if c)
+    return {i: c for i, c in closure.items() if c}
 
 
 def _op_keys(graph: TensorGraph) -> tuple[list[int], list]:
@@ -254,11 +271,12 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
             runs = regions(graph, size, offset) if graph.num_ops > size else [{n.id for n in graph.ops()}]
         if offset:  # the shifted pass cuts the graph the first pass left, into one run more or fewer
             bar.total = bar.done + len(runs)
+        context = shared_context(graph, runs)
         for members in runs:
             if out_of_time is not None and out_of_time():
                 stop = True
                 break
-            sub, back, outs = _region_graph(graph, members)
+            sub, back, outs = _region_graph(graph, members, context)
             if not outs:
                 bar.update(note="region has no outputs")
                 continue
