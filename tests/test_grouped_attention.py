@@ -54,11 +54,15 @@ def _export(graph: TensorGraph, feeds: dict, **kw) -> onnx.ModelProto:
 PAD = np.zeros((2, 1, 1, 7), np.float32)
 PAD[0, ..., :3] = np.finfo(np.float32).min  # row 0 left-padded (a decode step's mask)
 CAUSAL = np.triu(np.full((5, 5), -np.inf, np.float32), 1)[None, None]  # a prefill's mask
+LOWEST = np.float32(np.finfo(np.float32).min)
+PADDED = np.broadcast_to(np.triu(np.full((5, 5), LOWEST), 1), (2, 1, 5, 5)).copy()  # torch's causal mask (finfo.min)
+PADDED[0, ..., :2] = LOWEST  # row 0 left-padded: its first two queries see no key (softmax of equal scores: the mean)
 
 
 @pytest.mark.parametrize("shapes,mask,fill", [
     ({"q": (2, 6, 1, 8), "k": (2, 2, 7, 8), "v": (2, 2, 7, 4)}, PAD, True),  # decode step, 3 query heads per kv head
     ({"q": (1, 4, 5, 8), "k": (1, 1, 5, 8), "v": (1, 1, 5, 8)}, CAUSAL, False),  # prefill, one kv head (MQA)
+    ({"q": (2, 4, 5, 8), "k": (2, 2, 5, 8), "v": (2, 2, 5, 8)}, PADDED, True),  # a left-padded prefill batch
 ])
 def test_gqa_is_repeat_kv_attention_and_onnx_attention_runs_it(shapes, mask, fill):
     graph, feeds = _gqa_graph(shapes, 0.3, mask, fill)

@@ -63,8 +63,9 @@ CONTEXT_OPS = 8  # operators: a value computed by at most this many from the gra
 
 def shared_context(graph: TensorGraph, runs: list[set]) -> frozenset:
     """Ids of the computation nodes whose value at most CONTEXT_OPS operators compute from the graph's inputs and
-    weights (themselves included) and that operators of two or more other runs read: a decoder's rotary tables,
-    computed once and read by every layer. Each region reads them as they are, with the operators computing them."""
+    weights (themselves included) and that operators of two or more runs read (a run that reads one only passes it
+    on): a decoder's rotary tables, computed once and read by every layer. Each region reads them as they are, with
+    the operators computing them."""
     small = _input_closures(graph)
     if not small:
         return frozenset()
@@ -72,7 +73,7 @@ def shared_context(graph: TensorGraph, runs: list[set]) -> frozenset:
     readers: dict[int, set] = {}
     for n in graph.ops():
         for i, _ in n.inputs:
-            if i in small and n.id in owner and owner[n.id] != owner.get(i):
+            if i in small and n.id in owner:
                 readers.setdefault(i, set()).add(owner[n.id])
     shared = {i for i, r in readers.items() if len(r) >= 2}
     return frozenset(j for i in shared for j in small[i])

@@ -113,16 +113,30 @@ ATTENTION_OPSET = 23  # ONNX's Attention (grouped heads, additive mask): ONNX Ru
 @register_fused("gqa", standard=True)
 def convert_gqa(ctx, call, attrs, args) -> Optional[str]:
     """ONNX 23's Attention on the 4-D query, key and value (kv heads fewer than the query's: its grouped form) with
-    the mask as attn_mask, then the NaN guard; None below opset 23 (a model's opset is raised only where the
-    caller asks for it) or where the scale is not a constant."""
+    the mask as attn_mask (float32's lowest rewritten, `_off_lowest`), then the NaN guard; None below opset 23 (a
+    model's opset is raised only where the caller asks for it), where the scale is not a constant or the mask is
+    not float32."""
     s = scalar_of(ctx, args[3])
     mask = static_dims(call.args[4].ty)
     if ctx.target_opset is not None and ctx.target_opset < ATTENTION_OPSET or s is None or mask is None \
-            or len(mask) > 4 or not _guard_ok(ctx, args):
+            or len(mask) > 4 or not _guard_ok(ctx, args) or _elem(ctx, args[4]) != TensorProto.FLOAT:
         return None
-    inputs = [args[0], args[1], args[2]] + ([] if _zero(ctx, args[4]) else [args[4]])
-    out = ctx.node("Attention", inputs, out_types=[_elem(ctx, args[0])], scale=s)[0]
+    mask = [] if _zero(ctx, args[4]) else [ctx.memo(("attention_mask", args[4]), lambda: _off_lowest(ctx, args[4]))]
+    out = ctx.node("Attention", [args[0], args[1], args[2]] + mask, out_types=[_elem(ctx, args[0])], scale=s)[0]
     return _guard(ctx, args, out)
+
+
+NEAR_LOWEST = -3.0e38  # a mask value that ONNX Runtime's Attention adds like any other (float32's lowest it takes
+# for -inf: a row masked with it entirely gives 0 there, where softmax of equal scores averages the values)
+
+
+def _off_lowest(ctx, mask: str) -> str:
+    """The mask with float32's lowest (torch's masked_fill value, finfo.min) written as NEAR_LOWEST: the same scores
+    after adding q kᵀ (both swamp it) and the same softmax, also for a row masked entirely (the average of the
+    values: the decomposition's result, and torch's); -inf stays -inf (such a row is NaN, then the guard's 0)."""
+    low = ctx.const(np.array(np.finfo(np.float32).min, np.float32))
+    near = ctx.const(np.array(NEAR_LOWEST, np.float32))
+    return ctx.op("Where", ctx.op("Equal", mask, low), near, mask)
 
 
 def skip_layernorm_inputs(ctx, call, args, bias_at: int = 4) -> Optional[list]:
