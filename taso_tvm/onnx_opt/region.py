@@ -16,6 +16,7 @@ from ..graph.ops.decompose import composite_attrs
 from ..onnx_io import weights
 from ..onnx_io.export import ATTENTION_OPSET
 from ..quiet import quiet
+from ..rules.ruleset import RuleSet, without_ops
 from .onnx_graph import can_raise_opset, default_opset, live_nodes, node_reads
 from .partition import Region, runtime_inputs
 from .prepare import Prepared
@@ -219,6 +220,9 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
 
     with quiet():
         mod = load_onnx(rm.model, fold_constants=False)
+    if max(rm.opset_ceiling, default_opset(rm.model)) < ATTENTION_OPSET and isinstance(settings.get("rules"), RuleSet):
+        settings = dict(settings, rules=without_ops(settings["rules"], RAISING_OPS))  # they would be written
+        # as their decomposition: no candidate to offer
     standard_ops = bool(settings.pop("standard_ops", False))
     p = TasoOptimize(runtime="onnx", standard_ops=standard_ops, **settings)
     new_mod = p(mod)

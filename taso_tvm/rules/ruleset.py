@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Union
@@ -128,6 +129,21 @@ class RuleSet:
 
 
 _SKIP_LOGGED: set = set()  # names of untranslatable rules already logged
+
+
+_WITHOUT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> {ops: the set without them}
+
+
+def without_ops(rules: RuleSet, ops: Iterable[str]) -> RuleSet:
+    """The rules of `rules` that do not use any of `ops` (in source or target), as a rule set (made once per set);
+    `rules` itself when none does."""
+    ops = frozenset(ops)
+    cache = _WITHOUT.setdefault(rules, {})
+    if ops not in cache:
+        keep = [r for r in rules.rules if not r.ops & ops]
+        cache[ops] = rules if len(keep) == len(rules.rules) else RuleSet(
+            keep, {r.name: rules.results[r.name] for r in keep if r.name in rules.results})
+    return cache[ops]
 
 
 def load_rules(paths: Optional[Iterable] = None, allow_unverified: bool = False, jobs: Optional[int] = None,
