@@ -47,6 +47,7 @@ def _locations(path):
     return {e.value for t in m.graph.initializer for e in t.external_data if e.key == "location"}
 
 
+@pytest.mark.slow  # room in the default suite (issue 35): test_optimize_into_the_models_own_folder stays
 def test_optimize_from_another_folder_into_another_folder(ext_model, config, tmp_path, monkeypatch, capsys):
     cwd, out_dir = tmp_path / "cwd", tmp_path / "out"
     cwd.mkdir(), out_dir.mkdir()
