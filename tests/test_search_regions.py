@@ -153,3 +153,31 @@ def test_every_layer_fuses_when_the_graph_is_cut_into_runs():
     best, stats = optimize_graph(graph, load_rules(), cost, SearchConfig(budget=1, region_size=32))
     ops = Counter(n.op for n in best.topo_order())
     assert ops["attention"] + ops["mha"] == 4 and ops["softmax"] == 0, ops
+
+
+def test_a_table_every_run_reads_comes_into_each_region_with_its_operators():
+    """A decoder's rotary table: a few operators compute it from an input once, every layer reads it. Each region
+    reads it with the operators computing it (the rules see its form), not as a placeholder; a value that one run
+    reads from another (the layers' chain) stays a placeholder."""
+    from taso_tvm.search.regions import PLACEHOLDER, _region_graph, shared_context
+
+    S = NodeStore()
+    x = S.input("x", TensorType((2, 4)))
+    freqs = S.input("freqs", TensorType((1, 2)))
+    c = S.add("cos", [freqs])[0]
+    table = S.add("concat", [c, c], axis=-1)[0]
+    for _ in range(3):
+        x = S.add("mul", [S.add("relu", [x])[0], table])[0]
+    g = TensorGraph(S, [x])
+    muls = [n.id for n in g.topo_order() if n.op == "mul"]
+    runs = [{n.id for n in g.ops() if n.id not in muls[1:]}, {muls[1]}, {muls[2]}]
+    runs[1] |= {n.inputs[0][0] for n in g.ops() if n.id == muls[1]}  # each later run: its relu and its mul
+    runs[2] |= {n.inputs[0][0] for n in g.ops() if n.id == muls[2]}
+    runs[0] -= runs[1] | runs[2]
+    context = shared_context(g, runs)
+    assert {S.nodes[i].op for i in context} == {"cos", "concat"}
+    sub, _, _ = _region_graph(g, runs[2], context)
+    assert {n.op for n in sub.ops()} == {"relu", "mul", "cos", "concat"}
+    assert [n.attrs.get("name", "") for n in sub.inputs() if n.attrs.get("name", "").startswith(PLACEHOLDER)] == \
+        [f"{PLACEHOLDER}{next(n.inputs[0][0] for n in g.ops() if n.op == 'relu' and n.id in runs[2])}_0"]
+    assert shared_context(g, [set().union(*runs)]) == frozenset()  # one run: nothing is shared

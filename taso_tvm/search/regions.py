@@ -63,9 +63,9 @@ CONTEXT_OPS = 8  # operators: a value computed by at most this many from the gra
 
 def shared_context(graph: TensorGraph, runs: list[set]) -> frozenset:
     """Ids of the computation nodes whose value at most CONTEXT_OPS operators compute from the graph's inputs and
-    weights (themselves included) and that operators of two or more runs read (a run that reads one only passes it
-    on): a decoder's rotary tables, computed once and read by every layer. Each region reads them as they are, with
-    the operators computing them."""
+    weights (themselves included) and that operators of two or more runs read (not one run's output passed to the
+    next): a decoder's rotary tables, computed once and read by every layer. Each region reads them as they are,
+    with the operators computing them."""
     small = _input_closures(graph)
     if not small:
         return frozenset()
