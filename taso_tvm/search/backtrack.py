@@ -92,10 +92,16 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     # stays the answer unless something cheaper is found
     root, root_path = normalize(graph, rules, cfg.normalize_steps) if budget > 0 else (graph, ())
     root_cost = start_cost if root is graph else cost(root)
+    # the reference `settle` keeps unless another graph is faster beyond the noise: the given graph, or its fused
+    # form when the fusing step took a rewrite (each fusion was accepted by the cost model one kernel at a time: a
+    # region whose time is its large products measures them in its noise, which must not undo them)
+    ref = (graph, start_cost, ())
     if budget > 0 and cfg.fuse_steps:  # then every fusion the cost model accepts, before the budget is spent
         root, root_cost, fused = fuse(root, root_cost, rules, cost, cfg.fuse_steps, max_ops, deadline, prefetch,
                                       band)
         root_path += fused
+        if fused:
+            ref = (root, root_cost, root_path)
     best, best_cost, best_path = root, root_cost, root_path
     counter = itertools.count()
     heap = [(_priority(root_cost, root, band), next(counter), root_cost, root, root_path)]
@@ -138,7 +144,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
         stats.stopped_by = StopReason.INTERRUPT
         log.warning("search interrupted: returning the best graph found so far")
     if settle is not None and stats.stopped_by != "interrupt":
-        best, best_cost, best_path = _settle(settle, graph, start_cost, best, best_cost, best_path, leaders)
+        best, best_cost, best_path = _settle(settle, ref, best, best_cost, best_path, leaders)
     # the normal form led nowhere cheaper (within the band too: a rewrite the model says costs more is not kept for
     # having fewer operators)
     if not _better(best_cost, best, start_cost, graph):
@@ -157,16 +163,18 @@ def _lead(leaders: list, entry: tuple) -> None:
     del leaders[SETTLE_CANDIDATES:]
 
 
-def _settle(settle: SettleFn, graph: TensorGraph, start_cost: float, best: TensorGraph, best_cost: float,
-            best_path: tuple, leaders: list) -> tuple:
-    """Among the given graph and the cheapest graphs met whose costs are within NOISE_BAND of the best, the one
-    `settle` picks. The preference it keeps unless another is faster beyond the noise does not depend on the noisy
-    costs: the given graph first (a rewrite must pay beyond the noise), then fewer operators."""
+def _settle(settle: SettleFn, ref: tuple, best: TensorGraph, best_cost: float, best_path: tuple,
+            leaders: list) -> tuple:
+    """Among the reference graph `ref` (graph, cost, path) and the cheapest graphs met whose costs are within
+    NOISE_BAND of the best, the one `settle` picks. The preference it keeps unless another is faster beyond the
+    noise does not depend on the noisy costs: the reference first (a rewrite must pay beyond the noise), then fewer
+    operators."""
+    graph, start_cost, start_path = ref
     bound = best_cost * (1 + NOISE_BAND)
     near = {id(g): (c, g, p) for c, _, g, p in leaders if c <= bound}
     near[id(best)] = (best_cost, best, best_path)
     if start_cost <= bound:
-        near[id(graph)] = (start_cost, graph, ())
+        near[id(graph)] = (start_cost, graph, start_path)
     cands = sorted(near.values(), key=lambda e: (e[1] is not graph, e[1].num_runtime_ops, e[0]))
     if len(cands) < 2 or not all(math.isfinite(c) for c, _, _ in cands):
         return best, best_cost, best_path
