@@ -72,13 +72,15 @@ def test_gqa_is_repeat_kv_attention_and_onnx_attention_runs_it(shapes, mask, fil
     assert [n.op_type for n in model.graph.node if n.op_type in ("Attention", "Softmax")] == ["Attention"]
     np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
     below = _export(graph, feeds, opset=20)  # a model at 20 that may not be raised: the decomposition
-    assert "Attention" not in {n.op_type for n in below.graph.node} and "Softmax" in {n.op_type for n in below.graph.node}
+    kinds = {n.op_type for n in below.graph.node}
+    assert "Attention" not in kinds and "Softmax" in kinds
     np.testing.assert_allclose(_run(below, feeds), want, rtol=1e-4, atol=1e-5)
 
 
 def test_gqa_checks_its_heads():
     with pytest.raises(GraphError, match="not a multiple"):
-        _gqa_graph({"q": (1, 3, 1, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8)}, 0.5, np.zeros((1, 1, 1, 4), np.float32))
+        _gqa_graph({"q": (1, 3, 1, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8)}, 0.5,
+                   np.zeros((1, 1, 1, 4), np.float32))
 
 
 def _model(op: str, opset: int) -> onnx.ModelProto:

@@ -220,9 +220,10 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
 
     with quiet():
         mod = load_onnx(rm.model, fold_constants=False)
-    if max(rm.opset_ceiling, default_opset(rm.model)) < ATTENTION_OPSET and isinstance(settings.get("rules"), RuleSet):
-        settings = dict(settings, rules=without_ops(settings["rules"], RAISING_OPS))  # they would be written
-        # as their decomposition: no candidate to offer
+    rules = settings.get("rules")
+    if max(rm.opset_ceiling, default_opset(rm.model)) < ATTENTION_OPSET and isinstance(rules, RuleSet):
+        # the grouped attention would be written as its decomposition: no candidate to offer
+        settings = dict(settings, rules=without_ops(rules, RAISING_OPS))
     standard_ops = bool(settings.pop("standard_ops", False))
     p = TasoOptimize(runtime="onnx", standard_ops=standard_ops, **settings)
     new_mod = p(mod)

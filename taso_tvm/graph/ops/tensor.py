@@ -136,6 +136,11 @@ def _reshape_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
     """relax.reshape to a static shape; expand_dims and squeeze (ONNX's Unsqueeze and Squeeze) as the reshape to
     their static result."""
     shape = call.args[1] if call.op.name == "relax.reshape" else getattr(call.ty, "shape", None)
+    return _static_shape_lift(call, shape)
+
+
+def _static_shape_lift(call: relax.Call, shape: Any) -> Optional[tuple[list, dict]]:
+    """([the call's data input], {"shape": ints}) for a static Relax shape, else None (a symbolic one)."""
     if not isinstance(shape, relax.ShapeExpr):
         return None
     try:
@@ -161,20 +166,10 @@ def _broadcast_to_norm(a: dict, t: Sequence[TensorType]) -> dict:
     return {"shape": shape}
 
 
-def _broadcast_to_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
-    shape = call.args[1]
-    if not isinstance(shape, relax.ShapeExpr):
-        return None
-    try:
-        return [call.args[0]], {"shape": tuple(int(v) for v in shape.values)}
-    except (TypeError, ValueError):
-        return None
-
-
 BROADCAST_TO = register(OpDef(
     "broadcast_to", 1, lambda t, a: [TensorType(a["shape"], t[0].dtype)],
     lambda x, a: [np.ascontiguousarray(np.broadcast_to(x[0], a["shape"]))], attrs={"shape": None},
-    normalize=_broadcast_to_norm, relax=("relax.broadcast_to",), lift=_broadcast_to_lift,
+    normalize=_broadcast_to_norm, relax=("relax.broadcast_to",), lift=lambda c: _static_shape_lift(c, c.args[1]),
     z3=lambda x, a: [np.broadcast_to(np.asarray(x[0], dtype=object), a["shape"])],
     lower=lambda bb, args, a, t: R.broadcast_to(args[0], list(a["shape"])),
     doc="broadcast to a static shape (ONNX's Expand): the axes of 1 repeated"))
