@@ -74,13 +74,14 @@ def test_the_genai_builders_norms_expand_exactly():
 
 @pytest.mark.slow
 def test_standard_ops_write_no_runtime_operator(tmp_path, monkeypatch):
-    """`--standard-ops`: the fused norms and rotary embeddings are written as default-domain ONNX, the attention as
-    ONNX 23's Attention, equal."""
+    """`--standard-ops`: the fused norms are written as default-domain ONNX, the rotary embeddings and the attention
+    as ONNX 23's RotaryEmbedding and Attention, equal."""
     model = onnx.load(str(DATA / "llama_decode_tiny.onnx"))
     monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))
     out, report = optimize_onnx(model, time_check=False, peer_starts=False, standard_ops=True)
     assert report.rules_applied and not [n.op_type for n in out.graph.node if n.domain not in ("", "ai.onnx")]
-    assert fused_census(out)["attention"] == (2, 2)  # ONNX 23's Attention is standard ONNX
+    census = fused_census(out)  # ONNX 23's Attention and RotaryEmbedding are standard ONNX
+    assert census["attention"] == (2, 2) and census["rotary"] == (4, 4), census
     onnx.checker.check_model(out)
     feeds = _feeds(model, 2, 9, 4)
     want, got = run_onnx(model, feeds), run_onnx(out, feeds)

@@ -186,6 +186,7 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
 
 
 RAISING_OPS = ("gqa",)  # fused operators whose standard form needs a newer opset than the user's model may have
+STANDARD_RAISING_OPS = ("rotary",)  # those whose form with standard_ops does (ONNX 23's RotaryEmbedding)
 
 
 def _calls(mod: Any, names: tuple) -> bool:
@@ -233,7 +234,7 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
         trim()
         return None, p.report
     opset = default_opset(rm.model)
-    if rm.opset_ceiling > opset and _calls(new_mod, RAISING_OPS):
+    if rm.opset_ceiling > opset and _calls(new_mod, RAISING_OPS + (STANDARD_RAISING_OPS if standard_ops else ())):
         opset = rm.opset_ceiling  # ONNX's Attention: the model is written at its opset (`splice` raises it)
     # a model whose weights are kept out of it (`weights`): so are the exports', the weights the rewrite left as
     # they were referred to where they are, the others copied once (from the Relax constants, into the store)

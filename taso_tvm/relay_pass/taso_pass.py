@@ -123,8 +123,8 @@ class TasoOptimize:
 
     def fused_lowering(self) -> str:
         """How this pass lowers fused operators (`graph.ops.decompose.lowering`)."""
-        if self._runtime == "onnx":
-            return "decompose" if self.standard_ops else "composite"
+        if self._runtime == "onnx":  # with standard_ops the exporter writes the standard forms (ONNX 23's Attention)
+            return "composite"  # and inlines the other fused operators' decompositions
         target = self._target_now()
         return "relax_attention" if target is not None and target.kind.name == "cuda" else "decompose"
 

@@ -82,15 +82,27 @@ def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
     return _skip_rmsnorm(ctx, call, attrs, args, with_sum=True)
 
 
-@register_fused("rotary")
+ROTARY_OPSET = 23  # ONNX's RotaryEmbedding
+
+
+@register_fused("rotary", standard=True)
 def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
     """RotaryEmbedding on x [batch, heads, sequence, head size] with one half table for the whole batch
-    ([1, 1, sequence, head size / 2]): the tables as its caches, read from row 0 on (position_ids [0], an offset);
-    anything else is written as the decomposition."""
+    ([1, 1, sequence, head size / 2]): ONNX Runtime's, the tables as its caches, read from row 0 on (position_ids
+    [0], an offset); with standard_ops ONNX 23's, the tables as its [batch, sequence, head size / 2] caches (below
+    opset 23: the decomposition); anything else is written as the decomposition."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None or len(x) != 4 or len(tables) != 4 or tuple(tables[:2]) != (1, 1):
         return None
     half = x[3] // 2
+    if ctx.standard_ops:
+        if ctx.target_opset is not None and ctx.target_opset < ROTARY_OPSET:
+            return None
+        batch = ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0)  # the batch at run time
+        caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: ctx.op(
+            "Expand", ctx.op("Reshape", args[i], ctx.i64([1, -1, half])), batch)) for i in (1, 2)]
+        return ctx.node("RotaryEmbedding", [args[0], caches[0], caches[1]],
+                        out_types=[ctx.types.get(args[0], TensorProto.FLOAT)], interleaved=0)[0]
     caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
               for i in (1, 2)]  # one cache per table, however many rotations read it (a layer's query and key)
     elem = ctx.types.get(args[0], TensorProto.FLOAT)
