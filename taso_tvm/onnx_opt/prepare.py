@@ -13,17 +13,20 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..onnx_io.export import fused_opset
 from ..onnx_io.weights import LARGE_ELEMENTS, as_inputs, is_reference
 from ..quiet import quiet
 from ..runtime.dim_expr import base_dims, dim_value
 from ..runtime.dim_expr import parse as parse_dim
 from .. import errors as _errors
+from .onnx_graph import can_raise_opset
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,13 @@ class Prepared:
     @property
     def symbolic(self) -> bool:
         return len(self.folded) > 1
+
+    @cached_property
+    def opset_ceiling(self) -> int:
+        """The newest opset the model may be written at: the one the newest fused forms need (ONNX 23's Attention)
+        where its operators mean the same there (`onnx_graph.can_raise_opset`), else 0 (its own)."""
+        newest = fused_opset()
+        return newest if can_raise_opset(self.model, newest) else 0
 
     def dim_dependent(self, index: int) -> bool:
         """Whether node `index` reads a folded constant whose value depends on a symbolic dim (or is folded at

@@ -14,10 +14,10 @@ from onnx import helper, numpy_helper
 
 from ..graph.ops.decompose import composite_attrs
 from ..onnx_io import weights
-from ..onnx_io.export import ATTENTION_OPSET
+from ..onnx_io.export import below_opset, fused_opset
 from ..quiet import quiet
 from ..rules.ruleset import RuleSet, without_ops
-from .onnx_graph import can_raise_opset, default_opset, live_nodes, node_reads
+from .onnx_graph import default_opset, live_nodes, node_reads
 from .partition import Region, runtime_inputs
 from .prepare import Prepared
 
@@ -100,8 +100,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     g = helper.make_graph(nodes, f"region{region.index}", [helper.make_value_info(x, f.types[x]) for x in inputs],
                           [helper.make_value_info(o, f.types[o]) for o in outputs], inits)
     model = helper.make_model(g, opset_imports=list(prep.model.opset_import), ir_version=prep.model.ir_version)
-    ceiling = ATTENTION_OPSET if can_raise_opset(prep.model, ATTENTION_OPSET) else 0
-    return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs), ceiling)
+    return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs), prep.opset_ceiling)
 
 
 TABLE_STEPS = ("Unsqueeze", "Cos", "Sin", "Mul")  # from a rotary table back to cat(freqs, freqs)
@@ -185,17 +184,9 @@ def relax_boundary(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> 
     return m
 
 
-RAISING_OPS = ("gqa",)  # fused operators whose standard form needs a newer opset than the user's model may have
-STANDARD_RAISING_OPS = ("rotary",)  # those whose form with standard_ops does (ONNX 23's RotaryEmbedding)
-
-
-def _calls(mod: Any, names: tuple) -> bool:
-    """Whether the Relax module calls one of the fused operators `names` (a function of the module lowered from it)."""
-    for _, func in mod.functions.items():
-        found = composite_attrs(func)
-        if found is not None and found[0] in names:
-            return True
-    return False
+def _fused_calls(mod: Any) -> set[str]:
+    """The fused operators the Relax module calls (its functions lowered from them)."""
+    return {found[0] for _, func in mod.functions.items() if (found := composite_attrs(func)) is not None}
 
 
 def _ops_and_weights(model: onnx.ModelProto) -> tuple:
@@ -221,10 +212,10 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
 
     with quiet():
         mod = load_onnx(rm.model, fold_constants=False)
-    rules = settings.get("rules")
-    if max(rm.opset_ceiling, default_opset(rm.model)) < ATTENTION_OPSET and isinstance(rules, RuleSet):
-        # the grouped attention would be written as its decomposition: no candidate to offer
-        settings = dict(settings, rules=without_ops(rules, RAISING_OPS))
+    rules, reachable = settings.get("rules"), max(rm.opset_ceiling, default_opset(rm.model))
+    if isinstance(rules, RuleSet) and below_opset(reachable):
+        # fused operators that would be written as their decomposition (ONNX 23's Attention): no candidate to offer
+        settings = dict(settings, rules=without_ops(rules, below_opset(reachable)))
     standard_ops = bool(settings.pop("standard_ops", False))
     p = TasoOptimize(runtime="onnx", standard_ops=standard_ops, **settings)
     new_mod = p(mod)
@@ -234,8 +225,9 @@ def search_region(rm: RegionModel, settings: dict[str, Any]) -> tuple[Optional[o
         trim()
         return None, p.report
     opset = default_opset(rm.model)
-    if rm.opset_ceiling > opset and _calls(new_mod, RAISING_OPS + (STANDARD_RAISING_OPS if standard_ops else ())):
-        opset = rm.opset_ceiling  # ONNX's Attention: the model is written at its opset (`splice` raises it)
+    need = fused_opset(_fused_calls(new_mod), standard_ops)
+    if opset < need <= rm.opset_ceiling:
+        opset = need  # ONNX 23's Attention: the model is written at that opset (`splice` raises it)
     # a model whose weights are kept out of it (`weights`): so are the exports', the weights the rewrite left as
     # they were referred to where they are, the others copied once (from the Relax constants, into the store)
     keep = weights.keep_out(rm.model) if weights.has_references(rm.model) else None

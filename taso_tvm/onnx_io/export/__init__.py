@@ -22,6 +22,6 @@ from .context import ExportError
 from .exporter import export_relax
 from .registry import CONVERTERS
 from .opset import DEFAULT_MIN_OPSET
-from .converters_fused import ATTENTION_OPSET
+from .converters_fused import below_opset, fused_opset
 
-__all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET", "ATTENTION_OPSET"]
+__all__ = ["export_relax", "ExportError", "CONVERTERS", "DEFAULT_MIN_OPSET", "below_opset", "fused_opset"]

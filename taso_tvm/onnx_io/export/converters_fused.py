@@ -7,7 +7,7 @@ and the exporter then writes the decomposition, which is always correct. With ``
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterable, Optional
 
 import numpy as np
 from onnx import TensorProto
@@ -20,16 +20,40 @@ MS = "com.microsoft"
 FusedConverter = Callable[..., Any]
 FUSED_CONVERTERS: Dict[str, FusedConverter] = {}
 STANDARD_CONVERTERS: set = set()  # those writing default-domain operators only: they also run with standard_ops
+# fused operator -> (opset its form needs with ONNX Runtime's operators, with standard_ops): ONNX 23's Attention and
+# RotaryEmbedding; below it the converter writes the decomposition
+FUSED_OPSETS: Dict[str, tuple] = {}
 
 
-def register_fused(name: str, standard: bool = False) -> Callable[[FusedConverter], FusedConverter]:
+def register_fused(name: str, standard: bool = False, opsets: tuple = (0, 0)
+                   ) -> Callable[[FusedConverter], FusedConverter]:
     def deco(fn: FusedConverter) -> FusedConverter:
         FUSED_CONVERTERS[name] = fn
         if standard:
             STANDARD_CONVERTERS.add(name)
+        if any(opsets):
+            FUSED_OPSETS[name] = opsets
         return fn
 
     return deco
+
+
+def fused_opset(names: Optional[Iterable[str]] = None, standard_ops: bool = False) -> int:
+    """The opset the fused forms of `names` need (0: any); of every fused operator's form when None."""
+    if names is None:
+        return max((max(v) for v in FUSED_OPSETS.values()), default=0)
+    return max((FUSED_OPSETS.get(n, (0, 0))[int(standard_ops)] for n in names), default=0)
+
+
+def below_opset(opset: int) -> tuple:
+    """The fused operators written as their decomposition at `opset` whatever the mode (their forms need newer)."""
+    return tuple(n for n, (ort_form, std_form) in FUSED_OPSETS.items() if min(ort_form, std_form) > opset)
+
+
+def target_below(ctx, name: str) -> bool:
+    """Whether the export's opset is too old for the form of fused operator `name` in this export's mode."""
+    need = FUSED_OPSETS.get(name, (0, 0))[int(ctx.standard_ops)]
+    return ctx.target_opset is not None and ctx.target_opset < need
 
 
 def _const(ctx, name: str) -> Optional[np.ndarray]:
@@ -110,7 +134,7 @@ def convert_attention(ctx, call, attrs, args) -> Optional[str]:
 ATTENTION_OPSET = 23  # ONNX's Attention (grouped heads, additive mask): ONNX Runtime runs it from 1.23 on
 
 
-@register_fused("gqa", standard=True)
+@register_fused("gqa", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))
 def convert_gqa(ctx, call, attrs, args) -> Optional[str]:
     """ONNX 23's Attention on the 4-D query, key and value (kv heads fewer than the query's: its grouped form) with
     the mask as attn_mask (float32's lowest rewritten, `_off_lowest`), then the NaN guard; None below opset 23 (a
@@ -118,7 +142,7 @@ def convert_gqa(ctx, call, attrs, args) -> Optional[str]:
     not float32."""
     s = scalar_of(ctx, args[3])
     mask = static_dims(call.args[4].ty)
-    if ctx.target_opset is not None and ctx.target_opset < ATTENTION_OPSET or s is None or mask is None \
+    if target_below(ctx, "gqa") or s is None or mask is None \
             or len(mask) > 4 or not _guard_ok(ctx, args) or _elem(ctx, args[4]) != TensorProto.FLOAT:
         return None
     mask = [] if _zero(ctx, args[4]) else [ctx.memo(("attention_mask", args[4]), lambda: _off_lowest(ctx, args[4]))]

@@ -10,7 +10,7 @@ from typing import Optional
 
 from onnx import TensorProto
 
-from .converters_fused import MS, register_fused, scalar_of, skip_layernorm_inputs
+from .converters_fused import MS, register_fused, scalar_of, skip_layernorm_inputs, target_below
 from .tensor_types import static_dims
 
 SKIP_SUM_OUTPUT = 3  # SkipLayerNormalization's input_skip_bias_sum (outputs 1 and 2, mean and inv_std_var, unused)
@@ -82,10 +82,7 @@ def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
     return _skip_rmsnorm(ctx, call, attrs, args, with_sum=True)
 
 
-ROTARY_OPSET = 23  # ONNX's RotaryEmbedding
-
-
-@register_fused("rotary", standard=True)
+@register_fused("rotary", standard=True, opsets=(0, 23))  # with standard_ops: ONNX 23's RotaryEmbedding
 def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
     """RotaryEmbedding on x [batch, heads, sequence, head size] with one half table for the whole batch
     ([1, 1, sequence, head size / 2]): ONNX Runtime's, the tables as its caches, read from row 0 on (position_ids
@@ -96,11 +93,11 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
         return None
     half = x[3] // 2
     if ctx.standard_ops:
-        if ctx.target_opset is not None and ctx.target_opset < ROTARY_OPSET:
+        if target_below(ctx, "rotary"):
             return None
-        batch = ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0)  # the batch at run time
         caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: ctx.op(
-            "Expand", ctx.op("Reshape", args[i], ctx.i64([1, -1, half])), batch)) for i in (1, 2)]
+            "Expand", ctx.op("Reshape", args[i], ctx.i64([1, -1, half])),
+            ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0))) for i in (1, 2)]  # x's batch
         return ctx.node("RotaryEmbedding", [args[0], caches[0], caches[1]],
                         out_types=[ctx.types.get(args[0], TensorProto.FLOAT)], interleaved=0)[0]
     caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
