@@ -3,7 +3,8 @@ benchmarks/peers/make_decoder_models.py --set tiny), prefill and one decode step
 model as given without sample inputs (a decode step's mask is `past_sequence + 1` long: the dims related as the
 exporter wrote them), and equal to the original in ONNX Runtime at bindings the search never
 saw, with left-padded rows. Every RMS norm, rotary embedding and attention is fused (the attention as ONNX 23's
-Attention: the model's opset is raised from 20)."""
+Attention on the 3-D projections, with the KV cache's past and present in a decode step: the model's opset is
+raised from 20)."""
 import json
 from pathlib import Path
 
@@ -45,6 +46,12 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
     for kind in ("layer norm", "rotary", "attention"):
         before, after = fused_census(model)[kind], fused_census(out).get(kind)
         assert before[0] == 0 and after == (before[1], before[1]), (kind, before, after, report.decision)
+    # the attention on the projections as their products give them (3-D): no transpose of heads left; a decode
+    # step's attention appends to the cache itself (past in, present out)
+    assert not [n for n in out.graph.node if n.op_type == "Transpose"], report.decision
+    decode = "decode" in ENTRIES[name]["form"]
+    for n in (n for n in out.graph.node if n.op_type == "Attention"):
+        assert (len(n.input) == 6 and len(n.output) == 3) == decode, (n.input, n.output)
     for batch, length, seed in ((2, 16, 1), (3, 5, 2)):  # never searched at (the search binds 1 x 64 and 3 x 128)
         feeds = _feeds(model, batch, length, seed)
         want, got = run_onnx(model, feeds), run_onnx(out, feeds)

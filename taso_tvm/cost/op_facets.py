@@ -190,12 +190,20 @@ def _gqa_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
     return 2.0 * b * h * s * t * (d + dv) + 14.0 * b * h * s * t
 
 
+def _gqa_heads_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    (b, s, w), t = in_shapes[0], in_shapes[1][1] + (in_shapes[3][2] if len(in_shapes) > 6 else 0)  # + the past
+    h = attrs["num_heads"]
+    dv = out_shapes[0][2] // h
+    return _gqa_flops(attrs, [(b, h, s, w // h), (b, 1, t, 0), (b, 1, t, dv)], out_shapes)
+
+
 def _fused_matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
     k = in_shapes[0][-2] if attrs["trans_a"] else in_shapes[0][-1]
     return 2.0 * prod(out_shapes[0]) * k + (0.0 if float(attrs["alpha"]) == 1.0 else prod(out_shapes[0]))
 
 
-for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("gqa", _gqa_flops), ("skip_layernorm", _per_element(10)),
+for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("gqa", _gqa_flops), ("gqa_heads", _gqa_heads_flops),
+                    ("gqa_heads_cache", _gqa_heads_flops), ("skip_layernorm", _per_element(10)),
                     ("bias_gelu", _per_element(15)), ("fast_gelu", _per_element(17)),
                     ("quick_gelu", _per_element(12)), ("fused_matmul", _fused_matmul_flops),
                     ("erf_gelu", _per_element(15)), ("tanh_gelu", _per_element(17))):
@@ -206,7 +214,7 @@ for _op, _flops in (("mha", _mha_flops), ("attention", _attention_flops), ("gqa"
 # graph/ops/fused_norm.py: layer norms with extra outputs or gathers, one kernel each
 for _op, _flops in (("skip_layernorm_sum", _per_element(10)), ("embed_layernorm", _per_element(10)),
                     ("skip_rmsnorm", _per_element(7)), ("skip_rmsnorm_sum", _per_element(7)),  # graph/ops/rms_norm.py
-                    ("rotary", _per_element(3))):  # graph/ops/rotary.py
+                    ("rotary", _per_element(3)), ("rotary_heads", _per_element(3))):  # graph/ops/rotary.py
     register_facet(_op, FUSION, _fusion(((OPAQUE,), 0)))
     register_facet(_op, TVM_NAMES, (_op,))
     register_facet(_op, FLOPS, _flops)

@@ -95,6 +95,7 @@ register_facet("split", AXIS_ATTR, "axis")
 register_facet("split", MULTI_OUTPUT, True)
 register_facet("skip_layernorm_sum", MULTI_OUTPUT, True)  # graph/ops/fused_norm.py: the norm and the sum
 register_facet("skip_rmsnorm_sum", MULTI_OUTPUT, True)  # graph/ops/rms_norm.py: the norm and the sum
+register_facet("gqa_heads_cache", MULTI_OUTPUT, True)  # graph/ops/grouped_attention.py: the output and the caches
 register_facet("split", DOMAINS, {"axis": "axis", "sizes": "partition"})
 register_facet("slice", AXIS_ATTR, "axis")  # graph/ops/slice.py
 register_facet("slice", DOMAINS, {"axis": "axis", "begin": (0, 1, -1), "end": (1, 2, -1)})

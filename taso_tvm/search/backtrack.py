@@ -98,7 +98,7 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     ref = (graph, start_cost, ())
     if budget > 0 and cfg.fuse_steps:  # then every fusion the cost model accepts, before the budget is spent
         root, root_cost, fused = fuse(root, root_cost, rules, cost, cfg.fuse_steps, max_ops, deadline, prefetch,
-                                      band)
+                                      band, cfg.normalize_steps)
         root_path += fused
         if fused:
             ref = (root, root_cost, root_path)
@@ -232,11 +232,14 @@ def normalize(graph: TensorGraph, rules: RuleSource, max_steps: int) -> tuple[Te
 
 def fuse(graph: TensorGraph, graph_cost: float, rules: RuleSource, cost: CostFn, max_steps: int, max_ops: int,
          deadline: Optional[float] = None, prefetch: Optional[Callable[[list], None]] = None,
-         band: float = 0.0) -> tuple[TensorGraph, float, tuple]:
+         band: float = 0.0, normalize_steps: int = 0) -> tuple[TensorGraph, float, tuple]:
     """(graph, cost, rules applied) after the rewrites of the fusing families (`FUSING_FAMILIES`) taken one at a
     time, each step the one the cost model prefers (`_better`: cheaper, or within the noise band with fewer
     operators), while one is (at most `max_steps`). Every layer a verified rule can fuse is fused before the
-    budgeted search, wherever it sits in the region: the budget no longer decides which layers are."""
+    budgeted search, wherever it sits in the region: the budget no longer decides which layers are. After each
+    step the graph is brought back to its normal form (`normalize`, at most `normalize_steps` rewrites): a fused
+    operator may form a pattern of those rules (a rotary embedding moved before the heads split), which a later
+    fusion reads (the attention on 3-D inputs)."""
     fusing = _family_rules(rules, FUSING_FAMILIES)
     path: tuple = ()
     for _ in range(max_steps):
@@ -248,6 +251,10 @@ def fuse(graph: TensorGraph, graph_cost: float, rules: RuleSource, cost: CostFn,
             break
         log.info("fuse: cost %.4g -> %.4g (%s)", graph_cost, step[0], step[2].name)
         graph_cost, graph, path = step[0], step[1], path + (step[2].name,)
+        normal, normal_path = normalize(graph, rules, normalize_steps)
+        if normal_path:
+            graph, graph_cost, path = normal, cost(normal), path + normal_path
+            log.info("fuse: normal form, cost %.4g (%s)", graph_cost, ", ".join(normal_path))
     return graph, graph_cost, path
 
 

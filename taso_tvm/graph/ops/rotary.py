@@ -3,11 +3,17 @@
 | operator | semantics | ONNX Runtime |
 |---|---|---|
 | `rotary(x, cos, sin)` | x * [cos, cos] + [-x2, x1] * [sin, sin] on the last axis | RotaryEmbedding (com.microsoft) |
+| `rotary_heads(x, cos, sin)` | `rotary` of each head of x [B, S, heads * D] | RotaryEmbedding, 3-D input |
 
 x is [..., D] with halves x1 = x[..., :D/2] and x2 = x[..., D/2:] (transformers' `rotate_half`: the half rotation,
 not the interleaved one); cos and sin are the half tables [..., D/2], broadcast against x's halves (one row per
 position: [1, 1, S, D/2] for x [B, heads, S, D]). The full tables exporters write are the half tables concatenated
 with themselves (`cos(cat(freqs, freqs))`), which is what lets the rules fuse them: the fused operator takes halves.
+
+`rotary_heads` rotates the projection as its product gives it, [B, S, heads * D] (`num_heads` attribute), with the
+tables [1 or B, S, D/2]: the heads split by a reshape to [B, S, heads, D], rotated, merged back. The runtimes'
+RotaryEmbedding take this 3-D form, which spares the transposes to [B, heads, S, D] where the attention takes 3-D
+inputs too (`gqa_heads`).
 """
 from __future__ import annotations
 
@@ -43,4 +49,29 @@ ROTARY = register_decomposed(
     "rotary", 3, _rotary, attrs={}, check=_rotary_check,
     doc="rotary position embedding, half rotation: x * [cos, cos] + rotate_half(x) * [sin, sin] (half tables)")
 
-__all__ = ["ROTARY"]
+
+def _rotary_heads(e: Evaluator, x: Sequence[Any], a: dict) -> list:
+    v, cos, sin = x
+    b, s, w = e.shape(v)
+    n = a["num_heads"]
+    heads = e.op("reshape", v, shape=(b, s, n, w // n))
+    tables = [e.op("reshape", t, shape=(e.shape(t)[0], s, 1, e.shape(t)[2])) for t in (cos, sin)]
+    return [e.op("reshape", _rotary(e, [heads, *tables], {})[0], shape=(b, s, w))]
+
+
+def _rotary_heads_check(t: Sequence[TensorType], a: dict) -> None:
+    x, cos, sin = t
+    n = a["num_heads"]
+    if not isinstance(n, int) or n < 1 or x.ndim != 3 or not isinstance(x.shape[2], int) or x.shape[2] % (2 * n):
+        raise GraphError(f"rotary_heads: {x.shape} is not [batch, sequence, {n!r} heads of an even size]")
+    if cos.shape != sin.shape or cos.ndim != 3 or cos.shape[2] != x.shape[2] // n // 2 \
+            or cos.shape[0] not in (1, x.shape[0]) or cos.shape[1] != x.shape[1]:
+        raise GraphError(f"rotary_heads: tables {cos.shape}, {sin.shape} do not fit {x.shape} of {n} heads "
+                         f"([1 or batch, sequence, head size / 2])")
+
+
+ROTARY_HEADS = register_decomposed(
+    "rotary_heads", 3, _rotary_heads, attrs={"num_heads": None}, check=_rotary_heads_check,
+    doc="rotary position embedding of each head of x [B, S, heads * D], half tables [1 or B, S, D/2]")
+
+__all__ = ["ROTARY", "ROTARY_HEADS"]

@@ -140,14 +140,42 @@ def convert_gqa(ctx, call, attrs, args) -> Optional[str]:
     the mask as attn_mask (float32's lowest rewritten, `_off_lowest`), then the NaN guard; None below opset 23 (a
     model's opset is raised only where the caller asks for it), where the scale is not a constant or the mask is
     not float32."""
-    s = scalar_of(ctx, args[3])
-    mask = static_dims(call.args[4].ty)
-    if target_below(ctx, "gqa") or s is None or mask is None \
-            or len(mask) > 4 or not _guard_ok(ctx, args) or _elem(ctx, args[4]) != TensorProto.FLOAT:
+    out = _attention23(ctx, call, attrs, args, list(args[:3]), [], 1, {})
+    return None if out is None else out[0]
+
+
+def _attention23(ctx, call, attrs, args, qkv: list, past: list, n_out: int, heads: dict) -> Optional[list]:
+    """ONNX 23's Attention on `qkv` (+ the past caches) with the mask (input len(qkv) + len(past) + 1 of the call)
+    as attn_mask, then the NaN guard on its output; None below opset 23, where the scale is not a constant or the
+    mask not a float32 tensor of at most 4 dims."""
+    at = len(qkv) + len(past)
+    s = scalar_of(ctx, args[at])
+    mask = static_dims(call.args[at + 1].ty)
+    fill = [args[at + 2]] if len(args) > at + 2 else []
+    if target_below(ctx, "gqa") or s is None or mask is None or len(mask) > 4 \
+            or not _guard_ok(ctx, [None] * 5 + fill) or _elem(ctx, args[at + 1]) != TensorProto.FLOAT:
         return None
-    mask = [] if _zero(ctx, args[4]) else [ctx.memo(("attention_mask", args[4]), lambda: _off_lowest(ctx, args[4]))]
-    out = ctx.node("Attention", [args[0], args[1], args[2]] + mask, out_types=[_elem(ctx, args[0])], scale=s)[0]
-    return _guard(ctx, args, out)
+    m = "" if _zero(ctx, args[at + 1]) else ctx.memo(("attention_mask", args[at + 1]),
+                                                     lambda: _off_lowest(ctx, args[at + 1]))
+    elem = _elem(ctx, args[0])
+    outs = ctx.node("Attention", qkv + [m] + past, n_out=n_out, out_types=[elem] * n_out, scale=s, **heads)
+    return [_guard(ctx, [None] * 5 + fill, outs[0])] + outs[1:]
+
+
+@register_fused("gqa_heads", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))
+def convert_gqa_heads(ctx, call, attrs, args) -> Optional[str]:
+    """ONNX 23's Attention on the 3-D projections, q_num_heads and kv_num_heads given (see `convert_gqa`)."""
+    heads = {"q_num_heads": int(attrs["num_heads"]), "kv_num_heads": int(attrs["kv_num_heads"])}
+    out = _attention23(ctx, call, attrs, args, list(args[:3]), [], 1, heads)
+    return None if out is None else out[0]
+
+
+@register_fused("gqa_heads_cache", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))
+def convert_gqa_heads_cache(ctx, call, attrs, args) -> Optional[list]:
+    """ONNX 23's Attention on the 3-D projections with past_key and past_value: its outputs are the attention's
+    and the present caches (the concatenation inside the kernel)."""
+    heads = {"q_num_heads": int(attrs["num_heads"]), "kv_num_heads": int(attrs["kv_num_heads"])}
+    return _attention23(ctx, call, attrs, args, list(args[:3]), list(args[3:5]), 3, heads)
 
 
 NEAR_LOWEST = -3.0e38  # a mask value that ONNX Runtime's Attention adds like any other (float32's lowest it takes

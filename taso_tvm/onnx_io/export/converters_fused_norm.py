@@ -107,5 +107,31 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
                     out_types=[elem], interleaved=0)[0]
 
 
+@register_fused("rotary_heads", standard=True, opsets=(0, 23))
+def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
+    """RotaryEmbedding on x [batch, sequence, heads * head size] (its 3-D form, num_heads given), tables
+    [1 or batch, sequence, head size / 2]: ONNX Runtime's with one table for the batch (as `convert_rotary`),
+    ONNX 23's (standard_ops) with the tables as its [batch, sequence, head size / 2] caches."""
+    x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
+    if x is None or tables is None:
+        return None
+    n, half = int(attrs["num_heads"]), tables[2]
+    elem = ctx.types.get(args[0], TensorProto.FLOAT)
+    if ctx.standard_ops:
+        if target_below(ctx, "rotary_heads"):
+            return None
+        caches = [args[i] if tables[0] != 1 else ctx.memo(
+            ("rotary_heads_batch_cache", args[i]),
+            lambda i=i: ctx.op("Expand", args[i], ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0)))
+            for i in (1, 2)]  # x's batch
+        return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[elem], interleaved=0, num_heads=n)[0]
+    if tables[0] != 1:  # a table per batch row: ONNX Runtime's caches are one for the batch
+        return None
+    caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
+              for i in (1, 2)]
+    return ctx.node("RotaryEmbedding", [args[0], ctx.i64([0]), caches[0], caches[1]], domain=MS,
+                    out_types=[elem], interleaved=0, num_heads=n)[0]
+
+
 __all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum",
-           "convert_rotary"]
+           "convert_rotary", "convert_rotary_heads"]
