@@ -33,7 +33,7 @@ each round, 2 intra-op threads, thread spinning off for every session: `taso_tvm
 
     python benchmarks/bench_decoders.py [NAMES] [--tiny] [--seq 128] [--past 128] [--time-cap 40] [--guard-cap 20]
         [--ort-model-type gpt2] [--md benchmarks/results/decoders.md] [--json benchmarks/results/decoders.json]
-        [--append]
+        [--append] [--keep DIR]
 
 Each cell: speedup over the original [95 %] (the original's: its median latency), the tool's wall time, the layers
 its file runs fused (`taso_tvm.onnx_opt.fused_census`: attn, LN (RMS norms count as layer norms), GELU (QuickGelu,
@@ -453,6 +453,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--md", type=Path)
     p.add_argument("--json", type=Path)
     p.add_argument("--append", action="store_true", help="add to the rows in --json (a row re-run replaces its own)")
+    p.add_argument("--keep", type=Path, help="keep the tools' files in this folder (default: deleted after each row)")
     a = p.parse_args(argv)
     stem = "decoders_tiny" if a.tiny else "decoders"
     a.md = a.md or ROOT / "benchmarks" / "results" / f"{stem}.md"
@@ -471,17 +472,19 @@ def main(argv: Optional[list] = None) -> int:
     rows = json.loads(a.json.read_text())["rows"] if a.append and a.json.exists() else []
     cmd = ("python benchmarks/bench_decoders.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     with tempfile.TemporaryDirectory(prefix="bench_decoders_") as tmp:
+        if a.keep:
+            a.keep.mkdir(parents=True, exist_ok=True)
         for name in names:
             e = rows_of[name]
             t0 = time.monotonic()
             cells = bench(e, folder / e["file"], genai_entry(entries, e["family"]), folder, a.seq, a.past,
-                          Path(tmp), a.time_cap, a.guard_cap, ort_model_type)
+                          a.keep or Path(tmp), a.time_cap, a.guard_cap, ort_model_type)
             row = row_of(e, a.seq, a.past, cells)
             row["row_seconds"] = time.monotonic() - t0
             rows = [r for r in rows if (r["model"], r["binding"]) != (name, row["binding"])] + [row]
             write_results(a.md, a.json, markdown(rows, cmd, ort_model_type), rows, ort_model_type=ort_model_type)
             for f in Path(tmp).iterdir():  # the tools' files of a row are not needed again (full size: GBs)
-                f.unlink()
+                f.unlink()  # (unless --keep)
             print(table_row(row), flush=True)
             print(f"({name} {row['binding']}: {row['row_seconds']:.0f} s)", flush=True)
     print("\n".join(summary(rows)))

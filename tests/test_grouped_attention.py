@@ -1,7 +1,9 @@
 """Grouped-query attention (issue 35): the registry's gqa equals attention with every kv head repeated for its group
 of query heads (numpy.repeat, as transformers' repeat_kv), and is written as ONNX 23's Attention that ONNX Runtime
 runs to the same numbers, the NaN guard kept; below opset 23 it is the decomposition; a model's opset is raised only
-where none of its operators changed meaning."""
+where none of its operators changed meaning. Its 3-D forms (gqa_heads, and gqa_heads_cache with the KV cache's past
+and present) and the rotary of a 3-D projection (rotary_heads) run in ONNX Runtime to their decomposition's numbers,
+in ONNX Runtime's and in the standard forms."""
 from __future__ import annotations
 
 import numpy as np
@@ -95,3 +97,61 @@ def test_an_opset_is_raised_only_where_no_operator_changed_meaning():
     assert can_raise_opset(_model("Relu", 20), 23) and can_raise_opset(_model("Relu", 23), 23)
     assert not can_raise_opset(_model("GroupNormalization", 20), 23)  # 21: scale and bias per channel
     assert not can_raise_opset(_model("Relu", 17), 23)  # older opsets changed attributes into inputs
+
+
+def _heads(x: np.ndarray, n: int) -> np.ndarray:
+    b, s, w = x.shape
+    return x.reshape(b, s, n, w // n).transpose(0, 2, 1, 3)
+
+
+def _graph(op: str, shapes: dict, weights: list, **attrs) -> tuple[TensorGraph, dict]:
+    st = NodeStore()
+    feeds = {k: RNG.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    refs = [st.input(k, TensorType(s, F32)) for k, s in shapes.items()] + [st.weight(w) for w in weights]
+    outs = st.add(op, refs, **attrs)
+    return TensorGraph(st, list(outs)), feeds
+
+
+@pytest.mark.parametrize("past", [0, 6])
+def test_gqa_heads_on_projections_appends_to_the_cache_as_onnx_attention_does(past):
+    """A decode step (past 6: the cache grows by the new keys, a row left-padded) or a prefill (past 0: no cache)
+    on [B, S, heads * D] projections, 6 query heads on 2 kv heads: ONNX 23's Attention with q_num_heads and
+    kv_num_heads, past in and present out, equals the decomposition and numpy's repeat_kv attention."""
+    b, s, d, t = 2, 3, 4, past + 3
+    mask = np.zeros((b, 1, s, t), np.float32)
+    mask[0, ..., :2] = LOWEST
+    shapes = {"q": (b, s, 6 * d), "k": (b, s, 2 * d), "v": (b, s, 2 * d)}
+    if past:
+        shapes.update(pk=(b, 2, past, d), pv=(b, 2, past, d))
+    op = "gqa_heads_cache" if past else "gqa_heads"
+    graph, feeds = _graph(op, shapes, [np.asarray(0.4, np.float32), mask, np.asarray(0.0, np.float32)],
+                          num_heads=6, kv_num_heads=2)
+    k, v = _heads(feeds["k"], 2), _heads(feeds["v"], 2)
+    if past:
+        k, v = np.concatenate([feeds["pk"], k], 2), np.concatenate([feeds["pv"], v], 2)
+    o = _reference(_heads(feeds["q"], 6), k, v, 0.4, mask)
+    want = [o.transpose(0, 2, 1, 3).reshape(b, s, 6 * d)] + ([k, v] if past else [])
+    for got, w in zip(graph.evaluate(feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    model = _export(graph, feeds)
+    nodes = [n for n in model.graph.node if n.op_type in ("Attention", "Softmax", "Transpose", "Concat")]
+    assert [n.op_type for n in nodes] == ["Attention"] and len(nodes[0].input) == (6 if past else 4)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, w in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("standard_ops", [False, True])
+def test_rotary_heads_rotates_each_head_of_a_projection(standard_ops):
+    """rotary_heads on [B, S, 3 heads * 8], one table for the batch: ONNX Runtime's RotaryEmbedding (3-D input,
+    num_heads) or ONNX 23's (batch tables), equal to the rotary of the split heads."""
+    half = RNG.standard_normal((1, 5, 4)).astype(np.float32), RNG.standard_normal((1, 5, 4)).astype(np.float32)
+    graph, feeds = _graph("rotary_heads", {"x": (2, 5, 24)}, list(half), num_heads=3)
+    x = feeds["x"].reshape(2, 5, 3, 8)
+    c, sn = (np.concatenate([t, t], -1)[:, :, None] for t in half)
+    want = (x * c + np.concatenate([-x[..., 4:], x[..., :4]], -1) * sn).reshape(2, 5, 24)
+    np.testing.assert_allclose(graph.evaluate(feeds)[0], want, rtol=1e-5, atol=1e-6)
+    model = _export(graph, feeds, standard_ops=standard_ops)
+    (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert rot.domain == ("" if standard_ops else "com.microsoft")
+    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
