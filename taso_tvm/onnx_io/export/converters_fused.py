@@ -151,15 +151,15 @@ def _attention23(ctx, call, attrs, args, qkv: list, past: list, n_out: int, head
     at = len(qkv) + len(past)
     s = scalar_of(ctx, args[at])
     mask = static_dims(call.args[at + 1].ty)
-    fill = [args[at + 2]] if len(args) > at + 2 else []
+    guard = [None] * 5 + list(args[at + 2:])  # the NaN guard's fill where `_guard` reads it (input 5), if any
     if target_below(ctx, "gqa") or s is None or mask is None or len(mask) > 4 \
-            or not _guard_ok(ctx, [None] * 5 + fill) or _elem(ctx, args[at + 1]) != TensorProto.FLOAT:
+            or not _guard_ok(ctx, guard) or _elem(ctx, args[at + 1]) != TensorProto.FLOAT:
         return None
     m = "" if _zero(ctx, args[at + 1]) else ctx.memo(("attention_mask", args[at + 1]),
                                                      lambda: _off_lowest(ctx, args[at + 1]))
     elem = _elem(ctx, args[0])
     outs = ctx.node("Attention", qkv + [m] + past, n_out=n_out, out_types=[elem] * n_out, scale=s, **heads)
-    return [_guard(ctx, [None] * 5 + fill, outs[0])] + outs[1:]
+    return [_guard(ctx, guard, outs[0])] + outs[1:]
 
 
 @register_fused("gqa_heads", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))
