@@ -182,3 +182,24 @@ def test_broadcasting_max_needs_opset8():
     onnx.checker.check_model(e, full_check=True)
     x = x_feed([2, 5]) * 8
     np.testing.assert_allclose(ort_run(e, [x])[0], np.clip(x, 0, 6))
+
+
+@pytest.mark.parametrize("opset", [14, 17])
+def test_a_reshape_keeping_trailing_dims_is_written_at_the_models_opset(opset):
+    """A region's reshape written relative to its input (its trailing dims read from the input's shape at run time,
+    `relative_reshape="trailing"`) of a bool tensor (RoBERTa's mask) at the model's opset: below 15, where Shape has
+    no `start`, the dims are sliced from the whole shape (before, the export failed and the region stayed as it was)."""
+    import onnxruntime as ort
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3, 4, 5), "bool"))
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.reshape(x, (6, 4, 5)))
+        bb.emit_func_output(y)
+    model = export_relax(bb.get(), opset=opset, input_names=["x"], relative_reshape="trailing")
+    onnx.checker.check_model(model, full_check=True)
+    assert model.opset_import[0].version == opset
+    feed = np.random.default_rng(0).random((2, 3, 4, 5)) > 0.5
+    (got,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": feed})
+    np.testing.assert_array_equal(got, feed.reshape(6, 4, 5))

@@ -47,6 +47,9 @@ def trailing_kept(in_dims, out_dims) -> int:
     return m
 
 
+SHAPE_START_OPSET = 15  # Shape's start and end attributes
+
+
 def _reshape_to(ctx, x, shape_expr, out_expr_ty):
     """Reshape ``x`` to a Relax shape (ShapeExpr or a shape value)."""
     out_static = static_dims(out_expr_ty)
@@ -65,7 +68,10 @@ def _reshape_to(ctx, x, shape_expr, out_expr_ty):
             m = trailing_kept(in_static, out_static) if ctx.relative_reshape == "trailing" else 0
             if m:  # the trailing dims copied from the input's shape at run time, as the leading ones are (0)
                 head = relative_shape(in_static, out_static)[:len(out_static) - m]
-                tail = ctx.op("Shape", x, start=len(in_static) - m)
+                rank = len(in_static)
+                tail = ctx.slice1d(ctx.shape_of(x), rank - m, rank) \
+                    if ctx.target_opset is not None and ctx.target_opset < SHAPE_START_OPSET \
+                    else ctx.op("Shape", x, start=rank - m)  # (Shape's start: opset 15)
                 return ctx.op("Reshape", x, ctx.op("Concat", ctx.i64(head), tail, axis=0))
             return ctx.op("Reshape", x, ctx.i64(relative_shape(in_static, out_static)))
         return ctx.reshape(x, out_static)
