@@ -184,17 +184,20 @@ def _attention_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
     return proj + _mha_flops(attrs, [(b, s, e), (b, s, e), (b, s, e)], out_shapes)
 
 
-def _gqa_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
-    b, h, s, d = in_shapes[0]
-    t, dv = in_shapes[1][2], in_shapes[2][3]
+def _heads_flops(b: int, h: int, s: int, t: int, d: int, dv: int) -> float:
+    """h heads of s queries against t keys (head size d, value size dv): the two products and the softmax."""
     return 2.0 * b * h * s * t * (d + dv) + 14.0 * b * h * s * t
 
 
+def _gqa_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
+    b, h, s, d = in_shapes[0]
+    return _heads_flops(b, h, s, in_shapes[1][2], d, in_shapes[2][3])
+
+
 def _gqa_heads_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:
-    (b, s, w), t = in_shapes[0], in_shapes[1][1] + (in_shapes[3][2] if len(in_shapes) > 6 else 0)  # + the past
-    h = attrs["num_heads"]
-    dv = out_shapes[0][2] // h
-    return _gqa_flops(attrs, [(b, h, s, w // h), (b, 1, t, 0), (b, 1, t, dv)], out_shapes)
+    (b, s, w), h = in_shapes[0], attrs["num_heads"]
+    t = in_shapes[1][1] + (in_shapes[3][2] if len(in_shapes) > 6 else 0)  # gqa_heads_cache: + the past
+    return _heads_flops(b, h, s, t, w // h, out_shapes[0][2] // h)
 
 
 def _fused_matmul_flops(attrs: dict, in_shapes: list, out_shapes: list) -> float:

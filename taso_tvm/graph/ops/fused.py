@@ -34,24 +34,29 @@ R = relax.op
 
 
 # ---------------------------------------------------------------- attention
-def _split_heads(e: Evaluator, x: Any, heads: int, perm: tuple) -> Any:
+def split_heads(e: Evaluator, x: Any, heads: int, perm: tuple = (0, 2, 1, 3)) -> Any:
+    """[B, S, heads * D] -> its heads, [B, S, heads, D] transposed by `perm` ([B, heads, S, D] by default)."""
     b, s, d = e.shape(x)
     return e.op("transpose", e.op("reshape", x, shape=(b, s, heads, d // heads)), perm=perm)
+
+
+def merge_heads(e: Evaluator, o: Any) -> Any:
+    """[B, heads, S, D] -> [B, S, heads * D]."""
+    b, h, s, d = e.shape(o)
+    return e.op("reshape", e.op("transpose", o, perm=(0, 2, 1, 3)), shape=(b, s, h * d))
 
 
 def _mha(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     q, k, v, scale, mask = x[:5]
     n = a["num_heads"]
-    qh = _split_heads(e, q, n, (0, 2, 1, 3))
-    kt = _split_heads(e, k, n, (0, 2, 3, 1))
-    vh = _split_heads(e, v, n, (0, 2, 1, 3))
+    qh = split_heads(e, q, n)
+    kt = split_heads(e, k, n, (0, 2, 3, 1))
+    vh = split_heads(e, v, n)
     s = e.op("add", e.op("mul", e.op("matmul", qh, kt), scale), mask)
     p = e.op("softmax", s, axis=-1)
     if len(x) > 5:  # the NaN guard: a row whose every key is masked with -inf gives `fill` (0) instead of NaN
         p = e.op("where", e.op("isnan", p), x[5], p)
-    o = e.op("matmul", p, vh)
-    b, h, sq, dv = e.shape(o)
-    return [e.op("reshape", e.op("transpose", o, perm=(0, 2, 1, 3)), shape=(b, sq, h * dv))]
+    return [merge_heads(e, e.op("matmul", p, vh))]
 
 
 def _check_heads(name: str, n: Any, *widths: Any) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .decompose import Evaluator, register_decomposed
-from .fused import check_arity, check_mask, check_scalar
+from .fused import check_arity, check_mask, check_scalar, merge_heads, split_heads
 from ..types import GraphError, TensorType
 
 
@@ -68,26 +68,15 @@ GQA = register_decomposed(
         "heads / kv heads queries: softmax(q kᵀ · scale + mask) v")
 
 
-def split_heads(e: Evaluator, x: Any, heads: int) -> Any:
-    """[B, S, heads * D] -> [B, heads, S, D]."""
-    b, s, w = e.shape(x)
-    return e.op("transpose", e.op("reshape", x, shape=(b, s, heads, w // heads)), perm=(0, 2, 1, 3))
-
-
-def _merge_heads(e: Evaluator, o: Any) -> Any:
-    b, h, s, d = e.shape(o)
-    return e.op("reshape", e.op("transpose", o, perm=(0, 2, 1, 3)), shape=(b, s, h * d))
-
-
 def _gqa_heads(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     q, k, v = (split_heads(e, t, n) for t, n in zip(x[:3], (a["num_heads"], a["kv_num_heads"], a["kv_num_heads"])))
-    return [_merge_heads(e, _gqa(e, [q, k, v, *x[3:]], a)[0])]
+    return [merge_heads(e, _gqa(e, [q, k, v, *x[3:]], a)[0])]
 
 
 def _gqa_heads_cache(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     q = split_heads(e, x[0], a["num_heads"])
     k, v = (e.op("concat", past, split_heads(e, t, a["kv_num_heads"]), axis=2) for t, past in zip(x[1:3], x[3:5]))
-    return [_merge_heads(e, _gqa(e, [q, k, v, *x[5:]], a)[0]), k, v]
+    return [merge_heads(e, _gqa(e, [q, k, v, *x[5:]], a)[0]), k, v]
 
 
 def _heads_check(name: str, t: Sequence[TensorType], a: dict) -> None:
@@ -129,4 +118,4 @@ GQA_HEADS_CACHE = register_decomposed(
     doc="gqa_heads over past + new keys and values (a decode step with a KV cache): [output, present key, "
         "present value]")
 
-__all__ = ["GQA", "GQA_HEADS", "GQA_HEADS_CACHE", "repeat_heads", "split_heads"]
+__all__ = ["GQA", "GQA_HEADS", "GQA_HEADS_CACHE", "repeat_heads"]

@@ -93,16 +93,21 @@ def _attention_bias(ctx, call, mask: str, query: str, key: str, sq: int, sk: int
     return m
 
 
-def _guard(ctx, args, out: str) -> Optional[str]:
-    """The NaN guard's fill (input 5), applied to the fused node's output: IsNaN + Where with 0."""
-    if len(args) < 6:
+def _guard(ctx, fill: Optional[str], out: str) -> str:
+    """The NaN guard's `fill` (None: no guard) applied to the fused node's output: IsNaN + Where with 0."""
+    if fill is None:
         return out
-    nan = ctx.op("IsNaN", out)
-    return ctx.op("Where", nan, args[5], out)
+    return ctx.op("Where", ctx.op("IsNaN", out), fill, out)
 
 
-def _guard_ok(ctx, args) -> bool:
-    return len(args) < 6 or _zero(ctx, args[5])
+def _guard_ok(ctx, fill: Optional[str]) -> bool:
+    """Whether the guard can follow the runtime's node: none, or a fill of 0 (what a NaN row of the node gives)."""
+    return fill is None or _zero(ctx, fill)
+
+
+def _fill(args, at: int) -> Optional[str]:
+    """The NaN guard's fill: the call's input `at` when it has one."""
+    return args[at] if len(args) > at else None
 
 
 def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: int, k_arg: int) -> Optional[str]:
@@ -110,7 +115,7 @@ def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: i
     has no such form (a scale that is not a constant, a fill that is not 0, shapes not static)."""
     s = scalar_of(ctx, args[3])
     qd, kd = static_dims(call.args[q_arg].ty), static_dims(call.args[k_arg].ty)
-    if s is None or qd is None or kd is None or not _guard_ok(ctx, args):
+    if s is None or qd is None or kd is None or not _guard_ok(ctx, _fill(args, 5)):
         return None
     heads = int(attrs["num_heads"])
     bias = _attention_bias(ctx, call, args[4], args[q_arg], args[k_arg], qd[1], kd[1])
@@ -118,7 +123,7 @@ def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: i
         return None
     out = ctx.node(op_type, inputs + ["", "", bias], domain=MS, out_types=[_elem(ctx, inputs[0])],
                    num_heads=heads, scale=s)[0]
-    return _guard(ctx, args, out)
+    return _guard(ctx, _fill(args, 5), out)
 
 
 @register_fused("mha")
@@ -151,15 +156,15 @@ def _attention23(ctx, call, attrs, args, qkv: list, past: list, n_out: int, head
     at = len(qkv) + len(past)
     s = scalar_of(ctx, args[at])
     mask = static_dims(call.args[at + 1].ty)
-    guard = [None] * 5 + list(args[at + 2:])  # the NaN guard's fill where `_guard` reads it (input 5), if any
+    fill = _fill(args, at + 2)
     if target_below(ctx, "gqa") or s is None or mask is None or len(mask) > 4 \
-            or not _guard_ok(ctx, guard) or _elem(ctx, args[at + 1]) != TensorProto.FLOAT:
+            or not _guard_ok(ctx, fill) or _elem(ctx, args[at + 1]) != TensorProto.FLOAT:
         return None
     m = "" if _zero(ctx, args[at + 1]) else ctx.memo(("attention_mask", args[at + 1]),
                                                      lambda: _off_lowest(ctx, args[at + 1]))
     elem = _elem(ctx, args[0])
     outs = ctx.node("Attention", qkv + [m] + past, n_out=n_out, out_types=[elem] * n_out, scale=s, **heads)
-    return [_guard(ctx, guard, outs[0])] + outs[1:]
+    return [_guard(ctx, fill, outs[0])] + outs[1:]
 
 
 @register_fused("gqa_heads", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))

@@ -82,55 +82,57 @@ def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
     return _skip_rmsnorm(ctx, call, attrs, args, with_sum=True)
 
 
+def _to_batch(ctx, table: str, x: str) -> str:
+    """A [1, S, D/2] table expanded to x's batch (ONNX 23's RotaryEmbedding takes [batch, S, D/2] caches)."""
+    return ctx.op("Expand", table, ctx.op("Concat", ctx.dim_of(x, 0), ctx.i64([1, 1]), axis=0))
+
+
+def _runtime_rotary(ctx, x: str, tables: list, half: int, **attrs) -> str:
+    """ONNX Runtime's RotaryEmbedding on x with the half tables as its caches, read from row 0 on (position_ids [0],
+    an offset): one cache per table, however many rotations read it (a layer's query and key)."""
+    caches = [ctx.memo(("rotary_cache", t, half), lambda t=t: ctx.op("Reshape", t, ctx.i64([-1, half])))
+              for t in tables]
+    return ctx.node("RotaryEmbedding", [x, ctx.i64([0]), *caches], domain=MS,
+                    out_types=[ctx.types.get(x, TensorProto.FLOAT)], interleaved=0, **attrs)[0]
+
+
 @register_fused("rotary", standard=True, opsets=(0, 23))  # with standard_ops: ONNX 23's RotaryEmbedding
 def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
     """RotaryEmbedding on x [batch, heads, sequence, head size] with one half table for the whole batch
-    ([1, 1, sequence, head size / 2]): ONNX Runtime's, the tables as its caches, read from row 0 on (position_ids
-    [0], an offset); with standard_ops ONNX 23's, the tables as its [batch, sequence, head size / 2] caches (below
-    opset 23: the decomposition); anything else is written as the decomposition."""
+    ([1, 1, sequence, head size / 2]): ONNX Runtime's (`_runtime_rotary`); with standard_ops ONNX 23's, the tables
+    as its [batch, sequence, head size / 2] caches (below opset 23: the decomposition); anything else is written as
+    the decomposition."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None or len(x) != 4 or len(tables) != 4 or tuple(tables[:2]) != (1, 1):
         return None
     half = x[3] // 2
-    if ctx.standard_ops:
-        if target_below(ctx, "rotary"):
-            return None
-        caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: ctx.op(
-            "Expand", ctx.op("Reshape", args[i], ctx.i64([1, -1, half])),
-            ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0))) for i in (1, 2)]  # x's batch
-        return ctx.node("RotaryEmbedding", [args[0], caches[0], caches[1]],
-                        out_types=[ctx.types.get(args[0], TensorProto.FLOAT)], interleaved=0)[0]
-    caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
-              for i in (1, 2)]  # one cache per table, however many rotations read it (a layer's query and key)
-    elem = ctx.types.get(args[0], TensorProto.FLOAT)
-    return ctx.node("RotaryEmbedding", [args[0], ctx.i64([0]), caches[0], caches[1]], domain=MS,
-                    out_types=[elem], interleaved=0)[0]
+    if not ctx.standard_ops:
+        return _runtime_rotary(ctx, args[0], [args[1], args[2]], half)
+    if target_below(ctx, "rotary"):
+        return None
+    caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: _to_batch(
+        ctx, ctx.op("Reshape", args[i], ctx.i64([1, -1, half])), args[0])) for i in (1, 2)]
+    return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
+                    interleaved=0)[0]
 
 
 @register_fused("rotary_heads", standard=True, opsets=(0, 23))
 def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
     """RotaryEmbedding on x [batch, sequence, heads * head size] (its 3-D form, num_heads given), tables
-    [1 or batch, sequence, head size / 2]: ONNX Runtime's with one table for the batch (as `convert_rotary`),
+    [1 or batch, sequence, head size / 2]: ONNX Runtime's with one table for the batch (`_runtime_rotary`),
     ONNX 23's (standard_ops) with the tables as its [batch, sequence, head size / 2] caches."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None:
         return None
-    n, half = int(attrs["num_heads"]), tables[2]
-    elem = ctx.types.get(args[0], TensorProto.FLOAT)
-    if ctx.standard_ops:
-        if target_below(ctx, "rotary_heads"):
-            return None
-        caches = [args[i] if tables[0] != 1 else ctx.memo(
-            ("rotary_heads_batch_cache", args[i]),
-            lambda i=i: ctx.op("Expand", args[i], ctx.op("Concat", ctx.dim_of(args[0], 0), ctx.i64([1, 1]), axis=0)))
-            for i in (1, 2)]  # x's batch
-        return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[elem], interleaved=0, num_heads=n)[0]
-    if tables[0] != 1:  # a table per batch row: ONNX Runtime's caches are one for the batch
+    n = int(attrs["num_heads"])
+    if not ctx.standard_ops:  # a table per batch row: ONNX Runtime's caches are one for the batch
+        return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], num_heads=n)
+    if target_below(ctx, "rotary_heads"):
         return None
-    caches = [ctx.memo(("rotary_cache", args[i], half), lambda i=i: ctx.op("Reshape", args[i], ctx.i64([-1, half])))
-              for i in (1, 2)]
-    return ctx.node("RotaryEmbedding", [args[0], ctx.i64([0]), caches[0], caches[1]], domain=MS,
-                    out_types=[elem], interleaved=0, num_heads=n)[0]
+    caches = [args[i] if tables[0] != 1 else ctx.memo(("rotary_heads_batch_cache", args[i]),
+                                                       lambda i=i: _to_batch(ctx, args[i], args[0])) for i in (1, 2)]
+    return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
+                    interleaved=0, num_heads=n)[0]
 
 
 __all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum",
