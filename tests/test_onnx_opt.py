@@ -137,8 +137,8 @@ def test_fix_shapes_bakes_the_binding():
     _same_function(m, out, [{"N": 2}])
 
 
-@pytest.mark.parametrize("seed", [s if s < 6 else pytest.param(s, marks=pytest.mark.slow) for s in range(12)])
-def test_random_graphs_stay_equal(seed):  # seeds 0-5 by default (symbolic and static batch alike), 6-11 slow
+@pytest.mark.parametrize("seed", [s if s < 3 else pytest.param(s, marks=pytest.mark.slow) for s in range(12)])
+def test_random_graphs_stay_equal(seed):  # seeds 0-2 by default (symbolic and static batch alike), 3-11 slow
     m = random_model(seed, symbolic=seed % 2 == 1)
     out, report = optimize_onnx(m, ANALYTIC, check=False, time_check=False)
     onnx.checker.check_model(out, full_check=True)
