@@ -159,3 +159,35 @@ def test_rotary_heads_rotates_each_head_of_a_projection(standard_ops):
     (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
     assert rot.domain == ("" if standard_ops else "com.microsoft")
     np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
+
+
+def _interleaved(x: np.ndarray, c: np.ndarray, sn: np.ndarray) -> np.ndarray:
+    """The pairs (x[2i], x[2i + 1]) rotated by the angle of entry i of the half tables (GPT-J's, Cohere's)."""
+    out = np.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * sn
+    out[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * sn
+    return out
+
+
+@pytest.mark.parametrize("op", ["rotary", "rotary_heads"])
+@pytest.mark.parametrize("standard_ops", [False, True])
+def test_interleaved_rotary_rotates_pairs(op, standard_ops):
+    """The interleaved rotary (Cohere's, GPT-J's rotate_every_two): its decomposition (strided slices, the tables
+    repeated in place) equals the pairwise rotation, and ONNX Runtime's RotaryEmbedding (interleaved=1; ONNX 23's
+    with standard_ops) and TVM's build of the decomposition run it to the same numbers."""
+    if op == "rotary":
+        half = [RNG.standard_normal((1, 1, 5, 4)).astype(np.float32) for _ in range(2)]
+        graph, feeds = _graph(op, {"x": (2, 3, 5, 8)}, half, interleaved=1)
+        want = _interleaved(feeds["x"], *half)
+    else:
+        half = [RNG.standard_normal((1, 5, 4)).astype(np.float32) for _ in range(2)]
+        graph, feeds = _graph(op, {"x": (2, 5, 24)}, half, num_heads=3, interleaved=1)
+        want = _interleaved(feeds["x"].reshape(2, 5, 3, 8), *(t[:, :, None] for t in half)).reshape(2, 5, 24)
+    np.testing.assert_allclose(graph.evaluate(feeds)[0], want, rtol=1e-5, atol=1e-6)
+    model = _export(graph, feeds, standard_ops=standard_ops)
+    (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert helper.get_node_attr_value(rot, "interleaved") == 1
+    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
+    if not standard_ops:
+        (got,) = tvm_run(lower_to_module(graph, params=list(feeds)), feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

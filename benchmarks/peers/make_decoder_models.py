@@ -123,6 +123,11 @@ FAMILIES = {
                      intermediate_size=14336, num_hidden_layers=1, vocab_size=32000, tie_word_embeddings=False,
                      rope_theta=1000000.0, rms_norm_eps=1e-5, max_position_embeddings=32768, sliding_window=None,
                      bos_token_id=1, eos_token_id=2)),
+    "cohere": ("CohereConfig", "CohereForCausalLM",
+               dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
+                    num_hidden_layers=1, vocab_size=32768, tie_word_embeddings=True, logit_scale=0.0625,
+                    rope_theta=10000.0, layer_norm_eps=1e-5, max_position_embeddings=8192, use_qk_norm=False,
+                    bos_token_id=5, eos_token_id=255001, pad_token_id=0)),
 }
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
             num_hidden_layers=2, vocab_size=256, max_position_embeddings=256)

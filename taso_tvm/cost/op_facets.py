@@ -147,7 +147,7 @@ register_facet("take", FUSION, _fusion(((INJECTIVE,), 0)))  # graph/ops/gather.p
 register_facet("take", TVM_NAMES, ("take",))
 register_facet("take", FLOPS, _no_flops)
 
-for _op, _name in (("slice", "strided_slice"), ("pick", "take")):  # graph/ops/slice.py: rows of one axis
+for _op, _name in (("slice", "strided_slice"), ("slice_step", "strided_slice"), ("pick", "take")):  # graph/ops/slice.py: rows of one axis
     register_facet(_op, FUSION, _fusion(((INJECTIVE,), 0)))
     register_facet(_op, TVM_NAMES, (_name,))
     register_facet(_op, FLOPS, _no_flops)

@@ -9,7 +9,7 @@ norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as Simp
 RMSNormalization, or written in the pieces ONNX Runtime fuses into SimplifiedLayerNormalization when it loads the
 model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's Reciprocal of the Sqrt) they are left unfused.
 Rotary embeddings: RotaryEmbedding, or inside a GroupQueryAttention (query and key); left: transformers' rotate_half
-(a Neg of one half concatenated with the other).
+(a Neg of one half concatenated with the other) or the interleaved rotate_every_two (the same on pairs).
 """
 from __future__ import annotations
 
@@ -77,9 +77,17 @@ def _norms_in_pieces(graph: onnx.GraphProto) -> tuple[int, int, int]:
 
 
 def _rotate_halves(graph: onnx.GraphProto) -> int:
-    """Rotary embeddings in pieces: transformers' rotate_half, a Neg of one half concatenated with the other."""
-    negs = {n.output[0] for n in graph.node if n.op_type == "Neg" and n.output}
-    return sum(1 for n in graph.node if n.op_type == "Concat" and len(n.input) == 2 and n.input[0] in negs)
+    """Rotary embeddings in pieces: transformers' rotate_half, a Neg of one half concatenated with the other; or the
+    interleaved rotation (rotate_every_two), each half unsqueezed to pairs first: Concat(Unsqueeze(Neg(...)), ...)."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+
+    def negated(name: str) -> bool:
+        n = producer.get(name)
+        if n is not None and n.op_type in ("Unsqueeze", "Reshape"):
+            n = producer.get(n.input[0])
+        return n is not None and n.op_type == "Neg"
+
+    return sum(1 for n in graph.node if n.op_type == "Concat" and len(n.input) == 2 and negated(n.input[0]))
 
 
 def census_line(census: dict[str, tuple[int, int]]) -> str:

@@ -103,7 +103,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     return RegionModel(region, model, inputs, outputs, prep.symbolic, _fixed_ones(prep, inputs), prep.opset_ceiling)
 
 
-TABLE_STEPS = ("Unsqueeze", "Cos", "Sin", "Mul")  # from a rotary table back to cat(freqs, freqs)
+TABLE_STEPS = ("Unsqueeze", "Cos", "Sin", "Mul")  # from a rotary table back to cat(freqs, freqs) or its interleave
 
 
 def _same_at_every_binding(prep: Prepared, name: str) -> bool:
@@ -115,8 +115,9 @@ def _same_at_every_binding(prep: Prepared, name: str) -> bool:
 
 def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto]
                    ) -> Optional[tuple[list[onnx.NodeProto], str]]:
-    """(the nodes computing `name` from cat(t, t) on the last axis, t) where `name` is a table of a symbolic dim
-    (a rotary embedding's cos or sin: Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant),
+    """(the nodes computing `name` from cat(t, t) on the last axis, or from t's entries each repeated twice in place
+    (`_interleave`), t) where `name` is a table of a symbolic dim (a rotary embedding's cos or sin:
+    Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant),
     else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
     two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
     never a region's node). `producer`: the user's graph's tensor -> the node writing it."""
@@ -134,10 +135,9 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
                 return None
         chain.append(copy.deepcopy(node))
         node = producer.get(nxt)
-    if node is None or node.op_type != "Concat" or len(node.input) != 2 or node.input[0] != node.input[1]:
-        return None
     table = prep.first.types.get(name)
-    if table is None or not table.HasField("tensor_type"):
+    if node is None or table is None or not table.HasField("tensor_type") \
+            or not any(o.op_type in ("Cos", "Sin") for o in chain):
         return None
     dims = [d.dim_value for d in table.tensor_type.shape.dim]
     for step in chain:  # the frontier's shape, read back from the table's: each Unsqueeze's axes dropped
@@ -146,13 +146,66 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
                 next((list(a.ints) for a in step.attribute if a.name == "axes"), [])  # an attribute before opset 13
             axes = {int(a) % len(dims) for a in np.asarray(listed).reshape(-1)}
             dims = [d for k, d in enumerate(dims) if k not in axes]
-    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
-    if not dims or 0 in dims or dims[-1] % 2 or axis not in (-1, len(dims) - 1) \
-            or not any(o.op_type in ("Cos", "Sin") for o in chain):
+    if not dims or 0 in dims or dims[-1] % 2:
         return None
     frontier = onnx.helper.make_tensor_type_proto(table.tensor_type.elem_type, dims[:-1] + [dims[-1] // 2])
+    interleaved = _interleave(prep, node, producer, dims)
+    if interleaved is not None:  # an interleaved rotary's table: repeat_interleave(freqs, 2) (Cohere, GPT-J)
+        steps, freqs = interleaved
+        prep.first.types.setdefault(freqs, frontier)
+        return steps + chain[::-1], freqs
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    if node.op_type != "Concat" or len(node.input) != 2 or node.input[0] != node.input[1] \
+            or axis not in (-1, len(dims) - 1):
+        return None
     prep.first.types.setdefault(node.input[0], frontier)
     return [copy.deepcopy(node)] + chain[::-1], node.input[0]
+
+
+def _model_const(prep: Prepared, name: str) -> Optional[np.ndarray]:
+    """A constant of the user's model (an initializer or a Constant node's value) that the folding at the first
+    binding may have dropped (the nodes reading it folded away), put back among that binding's constants."""
+    if name in prep.first.consts:
+        return prep.first.consts[name]
+    if any(name in f.consts for f in prep.folded):
+        return None  # folded at another binding only: a value of a symbolic dim
+    g = prep.model.graph
+    value = next((numpy_helper.to_array(t) for t in g.initializer if t.name == name and not weights.is_reference(t)),
+                 None)
+    for n in g.node:
+        if value is None and n.op_type == "Constant" and list(n.output) == [name] and n.attribute \
+                and n.attribute[0].name == "value":
+            value = numpy_helper.to_array(n.attribute[0].t)
+    if value is not None:
+        prep.first.consts[name] = value
+    return value
+
+
+def _interleave(prep: Prepared, node: onnx.NodeProto, producer: dict[str, onnx.NodeProto], dims: list[int]
+                ) -> Optional[tuple[list[onnx.NodeProto], str]]:
+    """([Unsqueeze, Expand, Reshape], t) where `node` (of shape `dims`) is Reshape(Expand(Unsqueeze(t, [-1]),
+    [1, ..., 1, 2])) merging the last two axes: t's every entry repeated twice in place (torch's
+    repeat_interleave(t, 2, -1)), the table of an interleaved rotary embedding; else None."""
+    if node.op_type != "Reshape":
+        return None
+    expand = producer.get(node.input[0])
+    if expand is None or expand.op_type != "Expand":
+        return None
+    unsq = producer.get(expand.input[0])
+    if unsq is None or unsq.op_type != "Unsqueeze" or len(unsq.input) < 2:
+        return None
+    shape, axes = _model_const(prep, expand.input[1]), _model_const(prep, unsq.input[1])
+    if shape is None or axes is None:
+        return None
+    shape = [int(v) for v in np.asarray(shape).reshape(-1)]
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if len(dims) < 2 or shape[-1:] != [2] or any(v != 1 for v in shape[:-1]) or len(shape) > len(dims) + 1 \
+            or axes not in ([-1], [len(dims)]):
+        return None
+    merge = copy.deepcopy(node)  # its shape as at this binding (the region's shapes are; the export writes them
+    merge.input[1] = f"{node.output[0]}__shape"  # relative to the symbolic dims)
+    prep.first.consts.setdefault(merge.input[1], np.asarray(dims, np.int64))
+    return [copy.deepcopy(unsq), copy.deepcopy(expand), merge], unsq.input[0]
 
 
 def _fixed_ones(prep: Prepared, names: list[str]) -> tuple:

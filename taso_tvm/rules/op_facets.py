@@ -99,6 +99,8 @@ register_facet("gqa_heads_cache", MULTI_OUTPUT, True)  # graph/ops/grouped_atten
 register_facet("split", DOMAINS, {"axis": "axis", "sizes": "partition"})
 register_facet("slice", AXIS_ATTR, "axis")  # graph/ops/slice.py
 register_facet("slice", DOMAINS, {"axis": "axis", "begin": (0, 1, -1), "end": (1, 2, -1)})
+register_facet("slice_step", AXIS_ATTR, "axis")
+register_facet("slice_step", DOMAINS, {"axis": "axis", "begin": (0, 1), "end": (9223372036854775807,), "step": (2,)})
 register_facet("pick", AXIS_ATTR, "axis")
 register_facet("pick", DOMAINS, {"axis": "axis", "index": (0, 1, -1)})
 register_facet("transpose", DOMAINS, {"perm": "perm"})

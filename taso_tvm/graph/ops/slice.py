@@ -1,5 +1,6 @@
-"""Rows of one axis: `slice` (ONNX Slice on one axis with step 1, Relax's `strided_slice`) and `pick` (ONNX Gather
-with a scalar index: one position of an axis, the axis removed; Relax's `take` with a constant scalar index).
+"""Rows of one axis: `slice` (ONNX Slice on one axis with step 1, Relax's `strided_slice`), `slice_step` (the same
+with a step above 1: every other position, `x[..., 1::2]`) and `pick` (ONNX Gather with a scalar index: one
+position of an axis, the axis removed; Relax's `take` with a constant scalar index).
 
 A classifier reads its logits from one row of the last hidden state (`hidden[:, 0]`, the [CLS] token); the rules of
 family `dead_rows` (`rules/library/rows.yaml`) move such a slice towards the inputs through row-wise operators, so
@@ -56,7 +57,7 @@ def _slice_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
 def _slice_array(x: np.ndarray, a: dict) -> np.ndarray:
     b, e = bounds(a["begin"], a["end"], x.shape[a["axis"]])
     index = [slice(None)] * x.ndim
-    index[a["axis"]] = slice(b, e)
+    index[a["axis"]] = slice(b, e, a.get("step", 1))
     return x[tuple(index)]
 
 
@@ -69,16 +70,18 @@ def _prim_ints(v: Any) -> Optional[tuple[int, ...]]:
         return None
 
 
-def _slice_lift(call: relax.Call) -> Optional[tuple[list, dict]]:
-    """A strided_slice of one axis with literal bounds and step 1."""
+def _slice_lift(call: relax.Call) -> Optional[tuple]:
+    """A strided_slice of one axis with literal bounds: `slice` at step 1, `slice_step` at a larger one."""
     if len(call.args) < 4:
         return None
     axes, begin, end = (_prim_ints(call.args[i]) for i in (1, 2, 3))
     strides = _prim_ints(call.args[4]) if len(call.args) > 4 else (1,)
     if axes is None or begin is None or end is None or strides is None:
         return None
-    if len(axes) != 1 or len(begin) != 1 or len(end) != 1 or any(s != 1 for s in strides):
+    if len(axes) != 1 or len(begin) != 1 or len(end) != 1 or len(strides) > 1 or strides[0] < 1:
         return None
+    if strides[0] > 1:
+        return [call.args[0]], {"axis": axes[0], "begin": begin[0], "end": end[0], "step": strides[0]}, "slice_step"
     return [call.args[0]], {"axis": axes[0], "begin": begin[0], "end": end[0]}
 
 
@@ -91,6 +94,38 @@ SLICE = register(OpDef(
     attrs={"axis": None, "begin": None, "end": None}, normalize=_slice_norm, relax=("relax.strided_slice",),
     lift=_slice_lift, lower=_slice_lower, z3=lambda x, a: [_slice_array(np.asarray(x[0], dtype=object), a)],
     doc="the positions [begin, end) of one axis (ONNX Slice, step 1; negative bounds count from the end)"))
+
+
+def _step_norm(a: dict, t: Sequence[TensorType]) -> dict:
+    step = int(a["step"])
+    if step < 2:
+        raise GraphError(f"slice_step: step {step} (a step of 1 is `slice`)")
+    return dict(_slice_norm(a, t), step=step)
+
+
+def _step_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
+    x = t[0]
+    dim = x.shape[a["axis"]]
+    if not isinstance(dim, int):
+        raise GraphError("slice_step: symbolic size on the sliced axis")
+    b, e = bounds(a["begin"], a["end"], dim)
+    if e <= b:
+        raise GraphError(f"slice_step: [{a['begin']}, {a['end']}) of an axis of {dim} is empty")
+    shape = list(x.shape)
+    shape[a["axis"]] = -(-(e - b) // a["step"])
+    return [TensorType(tuple(shape), x.dtype)]
+
+
+def _step_lower(bb: Any, args: Sequence[Any], a: dict, t: Sequence[TensorType]) -> Any:
+    return R.strided_slice(args[0], axes=[a["axis"]], begin=[a["begin"]], end=[a["end"]], strides=[a["step"]])
+
+
+SLICE_STEP = register(OpDef(
+    "slice_step", 1, _step_infer, lambda x, a: [_slice_array(np.asarray(x[0]), a)],
+    attrs={"axis": None, "begin": None, "end": None, "step": None}, normalize=_step_norm, lower=_step_lower,
+    z3=lambda x, a: [_slice_array(np.asarray(x[0], dtype=object), a)],
+    doc="the positions begin, begin + step, ... before end of one axis (ONNX Slice with a step above 1: "
+        "transformers' x[..., ::2] and x[..., 1::2], the pairs of an interleaved rotary embedding)"))
 
 
 def _pick_norm(a: dict, t: Sequence[TensorType]) -> dict:
@@ -132,4 +167,4 @@ PICK = register(OpDef(
     z3=lambda x, a: [np.take(np.asarray(x[0], dtype=object), a["index"], axis=a["axis"])],
     doc="one position of an axis, the axis removed (ONNX Gather with a scalar index: `hidden[:, 0]`)"))
 
-__all__ = ["SLICE", "PICK", "INT64_MAX", "bounds", "scalar_index_lift"]
+__all__ = ["SLICE", "SLICE_STEP", "PICK", "INT64_MAX", "bounds", "scalar_index_lift"]

@@ -93,7 +93,7 @@ def _runtime_rotary(ctx, x: str, tables: list, half: int, **attrs) -> str:
     caches = [ctx.memo(("rotary_cache", t, half), lambda t=t: ctx.op("Reshape", t, ctx.i64([-1, half])))
               for t in tables]
     return ctx.node("RotaryEmbedding", [x, ctx.i64([0]), *caches], domain=MS,
-                    out_types=[ctx.types.get(x, TensorProto.FLOAT)], interleaved=0, **attrs)[0]
+                    out_types=[ctx.types.get(x, TensorProto.FLOAT)], **attrs)[0]
 
 
 @register_fused("rotary", standard=True, opsets=(0, 23))  # with standard_ops: ONNX 23's RotaryEmbedding
@@ -105,15 +105,15 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None or len(x) != 4 or len(tables) != 4 or tuple(tables[:2]) != (1, 1):
         return None
-    half = x[3] // 2
+    half, interleaved = x[3] // 2, int(attrs.get("interleaved", 0))
     if not ctx.standard_ops:
-        return _runtime_rotary(ctx, args[0], [args[1], args[2]], half)
+        return _runtime_rotary(ctx, args[0], [args[1], args[2]], half, interleaved=interleaved)
     if target_below(ctx, "rotary"):
         return None
     caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: _to_batch(
         ctx, ctx.op("Reshape", args[i], ctx.i64([1, -1, half])), args[0])) for i in (1, 2)]
     return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
-                    interleaved=0)[0]
+                    interleaved=interleaved)[0]
 
 
 @register_fused("rotary_heads", standard=True, opsets=(0, 23))
@@ -124,15 +124,16 @@ def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None:
         return None
-    n = int(attrs["num_heads"])
+    n, interleaved = int(attrs["num_heads"]), int(attrs.get("interleaved", 0))
     if not ctx.standard_ops:  # a table per batch row: ONNX Runtime's caches are one for the batch
-        return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], num_heads=n)
+        return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], num_heads=n,
+                                                           interleaved=interleaved)
     if target_below(ctx, "rotary_heads"):
         return None
     caches = [args[i] if tables[0] != 1 else ctx.memo(("rotary_heads_batch_cache", args[i]),
                                                        lambda i=i: _to_batch(ctx, args[i], args[0])) for i in (1, 2)]
     return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
-                    interleaved=0, num_heads=n)[0]
+                    interleaved=interleaved, num_heads=n)[0]
 
 
 __all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum",
