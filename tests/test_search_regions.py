@@ -181,3 +181,28 @@ def test_a_table_every_run_reads_comes_into_each_region_with_its_operators():
     assert [n.attrs.get("name", "") for n in sub.inputs() if n.attrs.get("name", "").startswith(PLACEHOLDER)] == \
         [f"{PLACEHOLDER}{next(n.inputs[0][0] for n in g.ops() if n.op == 'relu' and n.id in runs[2])}_0"]
     assert shared_context(g, [set().union(*runs)]) == frozenset()  # one run: nothing is shared
+
+
+def test_layers_reading_a_table_computed_inside_the_first_are_cut_whole():
+    """Two identical layers read a table that the first layer's operators surround in the graph's own order (a
+    decoder's rotary tables): that order shows no repeat; `run_order` (the table first, then the wiring's order)
+    does, and each layer is one run (cut by size alone, one layer would be cut in two)."""
+    S = NodeStore()
+    h = S.input("x", TensorType((2, 3)))
+    t = S.input("t", TensorType((2, 3)))
+    for op in ("exp", "erf", "neg", "tanh", "exp", "erf", "neg", "tanh", "exp"):  # an embedding's depth: the
+        h = S.add(op, [h])[0]  # layers are not values a few operators compute from the inputs
+    layers = []
+    for i in range(2):
+        a = S.add("relu", [h])[0]
+        if i == 0:
+            table = S.add("tanh", [t])[0]
+        b = S.add("mul", [a, table])[0]
+        c = S.add("add", [b, h])[0]
+        h = S.add("sigmoid", [c])[0]
+        layers.append({a[0], b[0], c[0], h[0]})
+    g = TensorGraph(S, [h])
+    keys = [n.op for n in g.ops()][9:]
+    assert period(keys, 4) == (0, 0)  # the graph's own order: relu tanh mul add sigmoid relu mul add sigmoid
+    parts = regions(g, 4)
+    assert layers[0] in parts and layers[1] in parts, parts

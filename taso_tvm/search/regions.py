@@ -102,12 +102,62 @@ def _input_closures(graph: TensorGraph) -> dict[int, frozenset]:
     return {i: c for i, c in closure.items() if c}
 
 
-def _op_keys(graph: TensorGraph) -> tuple[list[int], list]:
-    """The operator ids in topological order and, per operator, a small int naming its kind (op, attributes,
-    types): equal ints, equal operators up to their inputs."""
+def _prologue(graph: TensorGraph) -> set:
+    """Ids of the nodes computing the values that a few operators compute from the graph's inputs and small
+    constants alone (`_input_closures`; no large weight read, so not an embedding lookup and what follows it) and
+    that two or more operators outside such values read: a decoder's rotary tables and its mask, read by every
+    layer."""
+    small = _input_closures(graph)
+    store, cons = graph.store, graph.consumers()
+
+    def light(closure: frozenset) -> bool:
+        return all(store.nodes[i].op != "weight" or math.prod(store.type((i, j)).shape) <= SMALL_CONSTANT
+                   for n in closure for i, j in store.nodes[n].inputs)
+
+    out: set = set()
+    for i, closure in small.items():
+        readers = {u for ref in graph.node(i).outputs for u, _ in cons.get(ref, ()) if u >= 0 and u not in small}
+        if len(readers) >= 2 and light(closure):
+            out |= closure
+    return out
+
+
+def run_order(graph: TensorGraph) -> list[int]:
+    """The operators in the order `regions` looks for a repeat in when the graph's own order shows none: the
+    prologue (`_prologue`) first, then the others as a depth-first walk from the outputs reaches them (inputs in
+    argument order, each node after its inputs). A topological order that depends on the graph's wiring alone, not
+    on the order rewrites created its nodes in, so that two identical layers list their operators alike wherever
+    the tables both read were computed."""
+    ops = [n.id for n in graph.ops()]
+    is_op = set(ops)
+    first = _prologue(graph)
+    order = [i for i in ops if i in first]
+    done = set(order)
+    for out, _ in graph.outputs:
+        stack = [(out, False)]
+        while stack:
+            nid, expanded = stack.pop()
+            if nid in done or nid not in is_op:
+                continue
+            if expanded:
+                done.add(nid)
+                order.append(nid)
+                continue
+            stack.append((nid, True))
+            for i, _ in reversed(graph.node(nid).inputs):
+                if i not in done and i in is_op:
+                    stack.append((i, False))
+    order += [i for i in ops if i not in done]  # (none: every operator reaches an output)
+    return order
+
+
+def _op_keys(graph: TensorGraph, ordered: bool = False) -> tuple[list[int], list]:
+    """The operator ids in topological order (`ordered`: in `run_order`) and, per operator, a small int naming its
+    kind (op, attributes, types): equal ints, equal operators up to their inputs."""
     store = graph.store
     ids, keys, names = [], [], {}
-    for n in graph.ops():
+    for nid in run_order(graph) if ordered else (n.id for n in graph.ops()):
+        n = graph.node(nid)
         ids.append(n.id)
         keys.append(names.setdefault((n.op, store.attr_items(n), n.types), len(names)))
     return ids, keys
@@ -162,18 +212,21 @@ def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
 
 def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
     """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0). A repeating graph
-    (`period`) is cut at whole periods instead: runs of as many periods as fit in `size`, cut where the fewest
-    tensors cross within the first period (`_narrowest_cut`: between layers; `offset` > 0: shifted by half a
-    run)."""
-    ops, keys = _op_keys(graph)
+    (`period`, in the graph's topological order, else in `run_order`) is cut at whole periods instead: runs of as
+    many periods as fit in `size`, cut where the fewest tensors cross within the first period (`_narrowest_cut`:
+    between layers; `offset` > 0: shifted by half a run)."""
     weights = graph.weight_only_ids()
-    live = [i for i, nid in enumerate(ops) if nid not in weights]  # the repeat is in what runs: values of weights
-    p, start = period([keys[i] for i in live], size)  # alone (a scale folded into each layer's weight) are ordered
-    if p:  # wherever the topological order puts them, often all in the first layer
-        run = p * max(1, size // p)
-        phase = (_narrowest_cut(graph, [ops[i] for i in live], start, p) + (run // 2 if offset else 0)) % run
-        cuts = [live[c] for c in range(phase, len(live), run) if c > 0]
+    for ordered in (False, True):
+        ops, keys = _op_keys(graph, ordered)
+        live = [i for i, nid in enumerate(ops) if nid not in weights]  # the repeat is in what runs: values of
+        p, start = period([keys[i] for i in live], size)  # weights alone (a scale folded into each layer's weight)
+        if p:  # are ordered wherever the topological order puts them, often all in the first layer
+            run = p * max(1, size // p)
+            phase = (_narrowest_cut(graph, [ops[i] for i in live], start, p) + (run // 2 if offset else 0)) % run
+            cuts = [live[c] for c in range(phase, len(live), run) if c > 0]
+            break
     else:
+        ops, _ = _op_keys(graph)
         cuts = list(range(offset if offset else size, len(ops), size))
     bounds = [0] + cuts + [len(ops)]
     return [set(ops[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
