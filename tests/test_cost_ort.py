@@ -157,3 +157,25 @@ def test_a_whole_graph_as_export_onnx_writes_it_matches_the_registry():
     feeds = {"x": rng.standard_normal((1, 4, 9, 9)).astype(np.float32)}
     for got, want in zip(_session(export_onnx(g)).run(None, feeds), g.evaluate(feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_whole_graph_holding_an_opaque_node_is_measured_without_it(tmp_path):
+    """`settle` measures a region whole; an opaque node (a Relax expression no runtime can be handed alone, the same
+    in every candidate) stays out of the unit, its input among the unit's outputs and its output among its inputs,
+    so the unit is measured by ONNX Runtime rather than estimated by the analytic model (which would give every
+    candidate within the noise the same number)."""
+    from tvm import relax
+
+    S = NodeStore()
+    x = S.input("x", TensorType((64, 64)))
+    a = S.add("matmul", [x, S.weight(np.ones((64, 64), np.float32))])[0]
+    v = relax.Var("a", relax.TensorType([64, 64], "float32"))
+    op = S.opaque(relax.op.cumsum(v, axis=0), [a], [TensorType((64, 64))], key="cumsum")
+    b = S.add("relu", [S.add("matmul", [op.outputs[0], S.weight(np.ones((64, 64), np.float32))])[0]])[0]
+    g = TensorGraph(S, [S.add("add", [b, a])[0]])
+    cfg = load_cost_config(backend="ort", threads=1, cache=str(tmp_path / "c.sqlite"), repeat=3, progress=False)
+    with CostModel(cfg) as cm:
+        sig = cm._whole_sig(g)
+        assert "opaque" not in sig.ops and sig.ops.count("matmul") == 2
+        cm.whole_cost(g)
+        assert cm.details[sig].status == "ok", cm.details[sig]  # measured (the analytic model: "analytic")

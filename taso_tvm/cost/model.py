@@ -129,11 +129,17 @@ class CostModel:
         return self.graph_cost(graph) if sig is None else self.kernel_cost(sig)
 
     def _whole_sig(self, graph: TensorGraph) -> Optional[KernelSig]:
+        """The graph's kernels as one unit. Its opaque nodes (Relax expressions a runtime cannot be handed alone,
+        which no rewrite changes: the same in every candidate) stay out, their inputs among the unit's outputs and
+        their outputs among its inputs, so that the unit is measured, not estimated by the analytic model."""
         ks = self.kernels(graph)
         if len(ks) <= 1:
             return None
         ids = sorted((i for k in ks for i in k.nodes), key={n.id: r for r, n in enumerate(graph.topo_order())}.get)
-        return self.partitioner.signature(graph, ids, {})[0]
+        opaque = {i for i in ids if graph.node(i).op == "opaque"}
+        users = {ref: {o} for o in opaque for ref in graph.node(o).inputs}
+        ids = [i for i in ids if i not in opaque]
+        return self.partitioner.signature(graph, ids, users)[0] if len(ids) > 1 else None
 
     def settle(self, graphs: Sequence[TensorGraph], band: float) -> int:
         """Which of graphs whose summed costs are within the noise of each other to take: each is measured whole
