@@ -179,3 +179,22 @@ def test_a_whole_graph_holding_an_opaque_node_is_measured_without_it(tmp_path):
         assert "opaque" not in sig.ops and sig.ops.count("matmul") == 2
         cm.whole_cost(g)
         assert cm.details[sig].status == "ok", cm.details[sig]  # measured (the analytic model: "analytic")
+
+
+def test_a_whole_graph_with_too_many_weights_keeps_its_opaque_node(tmp_path, monkeypatch):
+    """Beyond WHOLE_WEIGHT_BYTES of weights the unit keeps its opaque node (the analytic estimate): every candidate
+    measured whole is a session holding all of them."""
+    from tvm import relax
+
+    import taso_tvm.cost.model as model
+
+    monkeypatch.setattr(model, "WHOLE_WEIGHT_BYTES", 64 * 64 * 4)  # one of the two weights
+    S = NodeStore()
+    x = S.input("x", TensorType((64, 64)))
+    a = S.add("matmul", [x, S.weight(np.ones((64, 64), np.float32))])[0]
+    v = relax.Var("a", relax.TensorType([64, 64], "float32"))
+    op = S.opaque(relax.op.cumsum(v, axis=0), [a], [TensorType((64, 64))], key="cumsum")
+    g = TensorGraph(S, [S.add("matmul", [op.outputs[0], S.weight(np.full((64, 64), 2.0, np.float32))])[0]])
+    cfg = load_cost_config(backend="ort", threads=1, cache=str(tmp_path / "c.sqlite"), repeat=3, progress=False)
+    with CostModel(cfg) as cm:
+        assert "opaque" in cm._whole_sig(g).ops

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+import numpy as np
+
 from ..graph.tensor_graph import TensorGraph
 from .backends import Backend, Measurement, make_backend
 from .cache import CostCache
@@ -21,6 +23,14 @@ from .fusion import Partitioner
 from .kernel import Kernel, KernelSig
 
 log = logging.getLogger(__name__)
+
+WHOLE_WEIGHT_BYTES = 512 << 20  # the weights a unit measured whole (`CostModel.settle`) may hold without its opaque nodes
+
+
+def _weight_bytes(graph: TensorGraph, ids: Sequence[int]) -> int:
+    """Bytes of the distinct weights the nodes `ids` read."""
+    refs = {ref for i in ids for ref in graph.node(i).inputs if graph.node(ref[0]).op == "weight"}
+    return sum(graph.type(r).size * np.dtype(graph.type(r).dtype).itemsize for r in refs)
 
 
 @dataclass
@@ -131,14 +141,17 @@ class CostModel:
     def _whole_sig(self, graph: TensorGraph) -> Optional[KernelSig]:
         """The graph's kernels as one unit. Its opaque nodes (Relax expressions a runtime cannot be handed alone,
         which no rewrite changes: the same in every candidate) stay out, their inputs among the unit's outputs and
-        their outputs among its inputs, so that the unit is measured, not estimated by the analytic model."""
+        their outputs among its inputs, so that the unit is measured, not estimated by the analytic model; up to
+        WHOLE_WEIGHT_BYTES of weights (each candidate's unit is a session holding them all: a 7B model's layer
+        measured so, four candidates at once, took 24 GB), beyond which it keeps them and the estimate."""
         ks = self.kernels(graph)
         if len(ks) <= 1:
             return None
         ids = sorted((i for k in ks for i in k.nodes), key={n.id: r for r, n in enumerate(graph.topo_order())}.get)
-        opaque = {i for i in ids if graph.node(i).op == "opaque"}
-        users = {ref: {o} for o in opaque for ref in graph.node(o).inputs}
-        ids = [i for i in ids if i not in opaque]
+        opaque, users = {i for i in ids if graph.node(i).op == "opaque"}, {}
+        if opaque and _weight_bytes(graph, ids) <= WHOLE_WEIGHT_BYTES:
+            users = {ref: {o} for o in opaque for ref in graph.node(o).inputs}
+            ids = [i for i in ids if i not in opaque]
         return self.partitioner.signature(graph, ids, users)[0] if len(ids) > 1 else None
 
     def settle(self, graphs: Sequence[TensorGraph], band: float) -> int:
