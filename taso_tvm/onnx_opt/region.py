@@ -152,6 +152,10 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     interleaved = _interleave(prep, node, producer, dims)
     if interleaved is not None:  # an interleaved rotary's table: repeat_interleave(freqs, 2) (Cohere, GPT-J)
         steps, freqs = interleaved
+        known = prep.first.types.get(freqs)
+        if known is not None and known.HasField("tensor_type") and \
+                [d.dim_value for d in known.tensor_type.shape.dim] != dims[:-1] + [dims[-1] // 2]:
+            return None  # the reshape merged more than the repeat's two axes
         prep.first.types.setdefault(freqs, frontier)
         return steps + chain[::-1], freqs
     axis = next((a.i for a in node.attribute if a.name == "axis"), None)

@@ -42,15 +42,16 @@ def _slice_norm(a: dict, t: Sequence[TensorType]) -> dict:
 
 
 def _slice_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
-    x = t[0]
+    """`slice`'s and `slice_step`'s output: ceil((end - begin) / step) positions of the axis."""
+    x, name = t[0], "slice_step" if "step" in a else "slice"
     dim = x.shape[a["axis"]]
     if not isinstance(dim, int):
-        raise GraphError("slice: symbolic size on the sliced axis")
+        raise GraphError(f"{name}: symbolic size on the sliced axis")
     b, e = bounds(a["begin"], a["end"], dim)
     if e <= b:
-        raise GraphError(f"slice: [{a['begin']}, {a['end']}) of an axis of {dim} is empty")
+        raise GraphError(f"{name}: [{a['begin']}, {a['end']}) of an axis of {dim} is empty")
     shape = list(x.shape)
-    shape[a["axis"]] = e - b
+    shape[a["axis"]] = -(-(e - b) // a.get("step", 1))
     return [TensorType(tuple(shape), x.dtype)]
 
 
@@ -103,25 +104,12 @@ def _step_norm(a: dict, t: Sequence[TensorType]) -> dict:
     return dict(_slice_norm(a, t), step=step)
 
 
-def _step_infer(t: Sequence[TensorType], a: dict) -> list[TensorType]:
-    x = t[0]
-    dim = x.shape[a["axis"]]
-    if not isinstance(dim, int):
-        raise GraphError("slice_step: symbolic size on the sliced axis")
-    b, e = bounds(a["begin"], a["end"], dim)
-    if e <= b:
-        raise GraphError(f"slice_step: [{a['begin']}, {a['end']}) of an axis of {dim} is empty")
-    shape = list(x.shape)
-    shape[a["axis"]] = -(-(e - b) // a["step"])
-    return [TensorType(tuple(shape), x.dtype)]
-
-
 def _step_lower(bb: Any, args: Sequence[Any], a: dict, t: Sequence[TensorType]) -> Any:
     return R.strided_slice(args[0], axes=[a["axis"]], begin=[a["begin"]], end=[a["end"]], strides=[a["step"]])
 
 
 SLICE_STEP = register(OpDef(
-    "slice_step", 1, _step_infer, lambda x, a: [_slice_array(np.asarray(x[0]), a)],
+    "slice_step", 1, _slice_infer, lambda x, a: [_slice_array(np.asarray(x[0]), a)],
     attrs={"axis": None, "begin": None, "end": None, "step": None}, normalize=_step_norm, lower=_step_lower,
     z3=lambda x, a: [_slice_array(np.asarray(x[0], dtype=object), a)],
     doc="the positions begin, begin + step, ... before end of one axis (ONNX Slice with a step above 1: "
