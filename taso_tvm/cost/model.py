@@ -13,12 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-import numpy as np
-
 from ..graph.tensor_graph import TensorGraph
 from .backends import Backend, Measurement, make_backend
 from .cache import CostCache
 from .config import CostConfig, load_cost_config
+from .flops import nbytes_of
 from .fusion import Partitioner
 from .kernel import Kernel, KernelSig
 
@@ -30,7 +29,7 @@ WHOLE_WEIGHT_BYTES = 512 << 20  # the weights a unit measured whole (`CostModel.
 def _weight_bytes(graph: TensorGraph, ids: Sequence[int]) -> int:
     """Bytes of the distinct weights the nodes `ids` read."""
     refs = {ref for i in ids for ref in graph.node(i).inputs if graph.node(ref[0]).op == "weight"}
-    return sum(graph.type(r).size * np.dtype(graph.type(r).dtype).itemsize for r in refs)
+    return sum(nbytes_of(graph.type(r).shape, graph.type(r).dtype) for r in refs)
 
 
 @dataclass
