@@ -2,7 +2,8 @@
 benchmarks/peers/make_decoder_models.py --set tiny), prefill and one decode step over a KV cache, searched from the
 model as given without sample inputs (a decode step's mask is `past_sequence + 1` long: the dims related as the
 exporter wrote them), and equal to the original in ONNX Runtime at bindings the search never saw, with left-padded
-rows. Every RMS norm, rotary embedding (Cohere's interleaved one too) and attention is fused (the attention as ONNX
+rows. Every RMS norm, rotary embedding (Cohere's interleaved one, GPT-J's partial one on tables gathered by
+position too) and attention is fused (the attention as ONNX
 23's Attention on the 3-D projections, with the KV cache's past and present in a decode step: the model's opset is
 raised from 20)."""
 import json
@@ -22,6 +23,7 @@ ENTRIES = {e["name"]: e for e in json.loads((DATA / "manifest.json").read_text()
     if (DATA / "manifest.json").exists() else {}
 EXPORTS = sorted(n for n, e in ENTRIES.items() if "prefill" in e["form"] or "decode" in e["form"])
 DEFAULT = {"llama_decode_tiny"}  # the others: `-m slow` (about 15 s each)
+LAYER_NORMED = ("cohere", "gptj")  # families whose norms are layer norms (the others: RMS norms)
 
 
 def _feeds(model: onnx.ModelProto, batch: int, length: int, seed: int) -> dict:
@@ -45,11 +47,11 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
     assert not report.decision.startswith("original: the model does not run"), report.decision
     for kind in ("layer norm", "rotary", "attention"):
         before, after = fused_census(model)[kind], fused_census(out).get(kind)
-        # Cohere's norms are layer norms: the first, after the embeddings, has no residual sum to fuse with (one
+        # Cohere's and GPT-J's norms are layer norms: the first, after the embeddings, has no residual sum to fuse with (one
         # LayerNormalization, which the census counts as left unless a Skip or Embed form holds it)
-        first = int(kind == "layer norm" and ENTRIES[name]["family"] == "cohere")
+        first = int(kind == "layer norm" and ENTRIES[name]["family"] in LAYER_NORMED)
         assert before[0] == 0 and after == (before[1] - first, before[1]), (kind, before, after, report.decision)
-    if ENTRIES[name]["family"] == "cohere":  # no norm left in pieces: the one left is a LayerNormalization
+    if ENTRIES[name]["family"] in LAYER_NORMED:  # no norm left in pieces: the one left is a LayerNormalization
         assert [n.op_type for n in out.graph.node].count("LayerNormalization") == 1
     # the attention on the projections as their products give them (3-D): no transpose of heads left; a decode
     # step's attention appends to the cache itself (past in, present out)

@@ -191,3 +191,28 @@ def test_interleaved_rotary_rotates_pairs(op, standard_ops):
     if not standard_ops:
         (got,) = tvm_run(lower_to_module(graph, params=list(feeds)), feeds)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("standard_ops", [False, True])
+def test_partial_rotary_rotates_the_first_entries_of_each_head(interleaved, standard_ops):
+    """rotary_heads with rotary_dim (GPT-J's partial rotary: 4 of each head's 8 entries): the first 4 rotated (pairs
+    or halves), the last 4 kept; ONNX Runtime's RotaryEmbedding with rotary_embedding_dim (ONNX 23's with
+    standard_ops) and TVM's build of the decomposition equal it."""
+    half = [RNG.standard_normal((1, 5, 2)).astype(np.float32) for _ in range(2)]
+    graph, feeds = _graph("rotary_heads", {"x": (2, 5, 24)}, half, num_heads=3, interleaved=interleaved,
+                          rotary_dim=4)
+    x = feeds["x"].reshape(2, 5, 3, 8)
+    c, sn = (t[:, :, None] for t in half)
+    r = x[..., :4]
+    rotated = _interleaved(r, c, sn) if interleaved else \
+        r * np.concatenate([c, c], -1) + np.concatenate([-r[..., 2:], r[..., :2]], -1) * np.concatenate([sn, sn], -1)
+    want = np.concatenate([rotated, x[..., 4:]], -1).reshape(2, 5, 24)
+    np.testing.assert_allclose(graph.evaluate(feeds)[0], want, rtol=1e-5, atol=1e-6)
+    model = _export(graph, feeds, standard_ops=standard_ops)
+    (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert helper.get_node_attr_value(rot, "rotary_embedding_dim") == 4
+    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
+    if not standard_ops:
+        (got,) = tvm_run(lower_to_module(graph, params=list(feeds)), feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -16,6 +16,12 @@ with fewer layers:
              weight + 1, embeddings scaled by sqrt(hidden), tied; 2 layers; vocabulary cut from 256000 to 32768
     mistral  Mistral-7B-v0.1: hidden 4096, 32 heads, 8 kv heads, intermediate 14336, vocab 32000, untied,
              rope_theta 1e6; 1 layer; no sliding window
+    cohere   Aya-23-8B (Command-R's shape): hidden 4096, 32 heads, 8 kv heads, intermediate 14336, bias-free
+             LayerNorm, interleaved rotary, logit scale 0.0625, tied; 1 layer; vocabulary cut from 256000 to 32768
+    gptj     GPT-J-6B: hidden 4096, 16 heads of 256, a partial interleaved rotary on the first 64 entries of each
+             head (`rotary_dim`), its tables gathered from a sin/cos cache by position, attention and MLP in
+             parallel on one LayerNorm, gelu_new, vocab 50400, untied; 2 layers (no genai build: its builder has no
+             GPT-J; the tiny copy rotates 8 of each head's 16)
 
 Forms, named `{family}_{form}` (transformers' default sdpa attention; llama also with eager attention as
 `llama_eager_{form}`), exported by torch's dynamo exporter (`torch.onnx.export(dynamo=True)`, its default opset):
@@ -128,23 +134,29 @@ FAMILIES = {
                     num_hidden_layers=1, vocab_size=32768, tie_word_embeddings=True, logit_scale=0.0625,
                     rope_theta=10000.0, layer_norm_eps=1e-5, max_position_embeddings=8192, use_qk_norm=False,
                     bos_token_id=5, eos_token_id=255001, pad_token_id=0)),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM",
+             dict(hidden_size=4096, num_attention_heads=16, num_key_value_heads=16, rotary_dim=64,
+                  num_hidden_layers=2, vocab_size=50400, tie_word_embeddings=False, activation_function="gelu_new",
+                  layer_norm_epsilon=1e-5, max_position_embeddings=2048, bos_token_id=50256, eos_token_id=50256)),
 }
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
             num_hidden_layers=2, vocab_size=256, max_position_embeddings=256)
-TINY_KV_HEADS = {"phi3": 4, "gemma": 1}
+TINY_KV_HEADS = {"phi3": 4, "gemma": 1, "gptj": 4}
+TINY_ROTARY_DIM = {"gptj": 8}  # GPT-J rotates a quarter of each head (64 of 256): half of the tiny one's 16
 # the checks' values of the symbolic dims, in pairs; the second batch row is left-padded by PAD zeros
 DIMS = {"prefill": {"batch": [1, 2], "sequence": [16, 37]},
         "decode": {"batch": [1, 2], "past_sequence": [8, 29], "past_sequence + 1": [9, 30]}}
 PAD = 5
 RTOL = ATOL = 1e-3
 GENAI_TINY = ("llama",)  # the tiny set's genai builds
+NO_GENAI = ("gptj",)  # families onnxruntime-genai's builder does not build
 SHARE_MIN_BYTES = 1024  # smaller initializers stay inline in the full set's files
 
 
 class Spec(NamedTuple):
     """One model to export."""
 
-    family: str  # llama | qwen2 | phi3 | gemma | mistral
+    family: str  # llama | qwen2 | phi3 | gemma | mistral | cohere | gptj
     form: str  # prefill | decode | genai (onnxruntime-genai's model builder on the checkpoint)
     cfg: dict  # the transformers config's arguments
     eager: bool = False  # attn_implementation="eager" (default: transformers' default, sdpa)
@@ -155,6 +167,8 @@ def _config(family: str, tiny: bool) -> dict:
     cfg = dict(FAMILIES[family][2])
     if tiny:
         cfg.update(TINY, num_key_value_heads=TINY_KV_HEADS.get(family, TINY["num_key_value_heads"]))
+        if family in TINY_ROTARY_DIM:
+            cfg["rotary_dim"] = TINY_ROTARY_DIM[family]
         if family == "phi3":
             cfg["original_max_position_embeddings"] = TINY["max_position_embeddings"]
     return cfg
@@ -170,7 +184,7 @@ def _set(tiny: bool) -> dict:
         if family == "llama":
             for form in ("prefill", "decode"):
                 out[f"llama_eager_{form}{sfx}"] = Spec(family, form, cfg, True, tiny)
-        if not tiny or family in GENAI_TINY:
+        if (not tiny or family in GENAI_TINY) and family not in NO_GENAI:
             out[f"{family}_genai{sfx}"] = Spec(family, "genai", cfg, False, tiny)
     return out
 

@@ -117,8 +117,8 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
                    ) -> Optional[tuple[list[onnx.NodeProto], str]]:
     """(the nodes computing `name` from cat(t, t) on the last axis, or from t's entries each repeated twice in place
     (`_interleave`), t) where `name` is a table of a symbolic dim (a rotary embedding's cos or sin:
-    Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant),
-    else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
+    Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant; or the interleave of any table, such as
+    GPT-J's halves gathered from its sin/cos cache by position), else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
     two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
     never a region's node). `producer`: the user's graph's tensor -> the node writing it."""
     chain: list[onnx.NodeProto] = []
@@ -136,8 +136,7 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
         chain.append(copy.deepcopy(node))
         node = producer.get(nxt)
     table = prep.first.types.get(name)
-    if node is None or table is None or not table.HasField("tensor_type") \
-            or not any(o.op_type in ("Cos", "Sin") for o in chain):
+    if node is None or table is None or not table.HasField("tensor_type"):
         return None
     dims = [d.dim_value for d in table.tensor_type.shape.dim]
     for step in chain:  # the frontier's shape, read back from the table's: each Unsqueeze's axes dropped
@@ -151,16 +150,17 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     frontier = onnx.helper.make_tensor_type_proto(table.tensor_type.elem_type, dims[:-1] + [dims[-1] // 2])
     interleaved = _interleave(prep, node, producer, dims)
     if interleaved is not None:  # an interleaved rotary's table: repeat_interleave(freqs, 2) (Cohere, GPT-J)
-        steps, freqs = interleaved
+        steps, freqs, kept = interleaved
+        half = [d for k, d in enumerate(dims[:-1]) if k not in kept] + [dims[-1] // 2]
         known = prep.first.types.get(freqs)
         if known is not None and known.HasField("tensor_type") and \
-                [d.dim_value for d in known.tensor_type.shape.dim] != dims[:-1] + [dims[-1] // 2]:
+                [d.dim_value for d in known.tensor_type.shape.dim] != half:
             return None  # the reshape merged more than the repeat's two axes
-        prep.first.types.setdefault(freqs, frontier)
+        prep.first.types.setdefault(freqs, onnx.helper.make_tensor_type_proto(table.tensor_type.elem_type, half))
         return steps + chain[::-1], freqs
     axis = next((a.i for a in node.attribute if a.name == "axis"), None)
     if node.op_type != "Concat" or len(node.input) != 2 or node.input[0] != node.input[1] \
-            or axis not in (-1, len(dims) - 1):
+            or axis not in (-1, len(dims) - 1) or not any(o.op_type in ("Cos", "Sin") for o in chain):
         return None
     prep.first.types.setdefault(node.input[0], frontier)
     return [copy.deepcopy(node)] + chain[::-1], node.input[0]
@@ -186,10 +186,12 @@ def _model_const(prep: Prepared, name: str) -> Optional[np.ndarray]:
 
 
 def _interleave(prep: Prepared, node: onnx.NodeProto, producer: dict[str, onnx.NodeProto], dims: list[int]
-                ) -> Optional[tuple[list[onnx.NodeProto], str]]:
-    """([Unsqueeze, Expand, Reshape], t) where `node` (of shape `dims`) is Reshape(Expand(Unsqueeze(t, [-1]),
-    [1, ..., 1, 2])) merging the last two axes: t's every entry repeated twice in place (torch's
-    repeat_interleave(t, 2, -1)), the table of an interleaved rotary embedding; else None."""
+                ) -> Optional[tuple[list[onnx.NodeProto], str, set]]:
+    """([Unsqueeze, Expand, Reshape], t, the axes of `dims` the Unsqueeze adds besides the last) where `node` (of
+    shape `dims`) is Reshape(Expand(Unsqueeze(t, [-1] or [k, .., -1]), [1, ..., 1, 2])) merging the last two axes:
+    t's every entry repeated twice in place (torch's repeat_interleave(t, 2, -1)), the table of an interleaved
+    rotary embedding (GPT-J's unsqueezes its heads axis in the same node: `repeat_interleave(sin[:, :, None, :],
+    2, 3)`); else None."""
     if node.op_type != "Reshape":
         return None
     expand = producer.get(node.input[0])
@@ -203,13 +205,15 @@ def _interleave(prep: Prepared, node: onnx.NodeProto, producer: dict[str, onnx.N
         return None
     shape = [int(v) for v in np.asarray(shape).reshape(-1)]
     axes = [int(a) for a in np.asarray(axes).reshape(-1)]
-    if len(dims) < 2 or shape[-1:] != [2] or any(v != 1 for v in shape[:-1]) or len(shape) > len(dims) + 1 \
-            or axes not in ([-1], [len(dims)]):
+    rank = len(dims) + 1  # the Unsqueeze's output: the table's axes and the repeat's
+    added = {a % rank for a in axes} if all(-rank <= a < rank for a in axes) else set()
+    if len(dims) < 2 or shape[-1:] != [2] or any(v != 1 for v in shape[:-1]) or len(shape) > rank \
+            or len(added) != len(axes) or rank - 1 not in added:
         return None
     merge = copy.deepcopy(node)  # its shape as at this binding (the region's shapes are; the export writes them
     merge.input[1] = f"{node.output[0]}__shape"  # relative to the symbolic dims)
     prep.first.consts.setdefault(merge.input[1], np.asarray(dims, np.int64))
-    return [copy.deepcopy(unsq), copy.deepcopy(expand), merge], unsq.input[0]
+    return [copy.deepcopy(unsq), copy.deepcopy(expand), merge], unsq.input[0], added - {rank - 1}
 
 
 def _fixed_ones(prep: Prepared, names: list[str]) -> tuple:

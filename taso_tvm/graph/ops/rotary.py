@@ -3,7 +3,7 @@
 | operator | semantics | ONNX Runtime |
 |---|---|---|
 | `rotary(x, cos, sin)` | x * [cos, cos] + [-x2, x1] * [sin, sin] on the last axis | RotaryEmbedding (com.microsoft) |
-| `rotary_heads(x, cos, sin)` | `rotary` of each head of x [B, S, heads * D] | RotaryEmbedding, 3-D input |
+| `rotary_heads(x, cos, sin)` | `rotary` of each head of x [B, S, heads * D] (or of its first `rotary_dim`) | RotaryEmbedding, 3-D input |
 
 x is [..., D] with halves x1 = x[..., :D/2] and x2 = x[..., D/2:] (transformers' `rotate_half`: the half rotation);
 with `interleaved` (Cohere's, GPT-J's `rotate_every_two`; ONNX Runtime's `interleaved=1`) the pairs x[2i], x[2i + 1]
@@ -12,7 +12,9 @@ position: [1, 1, S, D/2] for x [B, heads, S, D]). The full tables exporters writ
 with themselves (`cos(cat(freqs, freqs))`), which is what lets the rules fuse them: the fused operator takes halves.
 
 `rotary_heads` rotates the projection as its product gives it, [B, S, heads * D] (`num_heads` attribute), with the
-tables [1 or B, S, D/2]: the heads split by a reshape to [B, S, heads, D], rotated, merged back. The runtimes'
+tables [1 or B, S, D/2]: the heads split by a reshape to [B, S, heads, D], rotated, merged back. With `rotary_dim`
+R < D (GPT-J's `rotary_dim`, a partial rotary: ONNX Runtime's `rotary_embedding_dim`) only the first R entries of
+each head rotate, by tables [1 or B, S, R/2]; the other D - R are kept. The runtimes'
 RotaryEmbedding take this 3-D form, which spares the transposes to [B, heads, S, D] where the attention takes 3-D
 inputs too (`gqa_heads`).
 """
@@ -80,26 +82,36 @@ ROTARY = register_decomposed(
 def _rotary_heads(e: Evaluator, x: Sequence[Any], a: dict) -> list:
     v, cos, sin = x
     b, s, w = e.shape(v)
-    n = a["num_heads"]
+    n, rd = a["num_heads"], a.get("rotary_dim") or 0
     heads = e.op("reshape", v, shape=(b, s, n, w // n))
     tables = [e.op("reshape", t, shape=(e.shape(t)[0], s, 1, e.shape(t)[2])) for t in (cos, sin)]
-    return [e.op("reshape", _rotary(e, [heads, *tables], a)[0], shape=(b, s, w))]
+    if not rd or rd == w // n:
+        return [e.op("reshape", _rotary(e, [heads, *tables], a)[0], shape=(b, s, w))]
+    rotated = _rotary(e, [e.op("slice", heads, axis=3, begin=0, end=rd), *tables], a)[0]
+    kept = e.op("slice", heads, axis=3, begin=rd, end=w // n)
+    return [e.op("reshape", e.op("concat", rotated, kept, axis=-1), shape=(b, s, w))]
 
 
 def _rotary_heads_check(t: Sequence[TensorType], a: dict) -> None:
     _interleaved_check("rotary_heads", a)
     x, cos, sin = t
-    n = a["num_heads"]
+    n, rd = a["num_heads"], a.get("rotary_dim", 0)
     if not isinstance(n, int) or n < 1 or x.ndim != 3 or not isinstance(x.shape[2], int) or x.shape[2] % (2 * n):
         raise GraphError(f"rotary_heads: {x.shape} is not [batch, sequence, {n!r} heads of an even size]")
-    if cos.shape != sin.shape or cos.ndim != 3 or cos.shape[2] != x.shape[2] // n // 2 \
+    head = x.shape[2] // n
+    if not isinstance(rd, int) or rd < 0 or rd % 2 or rd > head:
+        raise GraphError(f"rotary_heads: rotary_dim {rd!r} is not an even size up to the head size {head} "
+                         f"(0: the whole head)")
+    if cos.shape != sin.shape or cos.ndim != 3 or cos.shape[2] != (rd or head) // 2 \
             or cos.shape[0] not in (1, x.shape[0]) or cos.shape[1] != x.shape[1]:
         raise GraphError(f"rotary_heads: tables {cos.shape}, {sin.shape} do not fit {x.shape} of {n} heads "
-                         f"([1 or batch, sequence, head size / 2])")
+                         f"([1 or batch, sequence, rotary size / 2])")
 
 
 ROTARY_HEADS = register_decomposed(
-    "rotary_heads", 3, _rotary_heads, attrs={"num_heads": None, "interleaved": 0}, check=_rotary_heads_check,
-    doc="rotary position embedding of each head of x [B, S, heads * D], half tables [1 or B, S, D/2]")
+    "rotary_heads", 3, _rotary_heads, attrs={"num_heads": None, "interleaved": 0, "rotary_dim": 0},
+    check=_rotary_heads_check,
+    doc="rotary position embedding of each head of x [B, S, heads * D], half tables [1 or B, S, R/2]: the first "
+        "R = rotary_dim entries of each head rotated (0: all D), the others kept")
 
 __all__ = ["ROTARY", "ROTARY_HEADS"]

@@ -118,22 +118,24 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
 
 @register_fused("rotary_heads", standard=True, opsets=(0, 23))
 def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
-    """RotaryEmbedding on x [batch, sequence, heads * head size] (its 3-D form, num_heads given), tables
-    [1 or batch, sequence, head size / 2]: ONNX Runtime's with one table for the batch (`_runtime_rotary`),
+    """RotaryEmbedding on x [batch, sequence, heads * head size] (its 3-D form, num_heads given; a partial rotary's
+    rotary_dim as rotary_embedding_dim), tables [1 or batch, sequence, rotary size / 2]: ONNX Runtime's with one table for the batch (`_runtime_rotary`),
     ONNX 23's (standard_ops) with the tables as its [batch, sequence, head size / 2] caches."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None:
         return None
     n, interleaved = int(attrs["num_heads"]), int(attrs.get("interleaved", 0))
+    rd = int(attrs.get("rotary_dim") or 0)
+    partial = {"rotary_embedding_dim": rd} if rd and rd != x[2] // n else {}  # the first rd entries of each head
     if not ctx.standard_ops:  # a table per batch row: ONNX Runtime's caches are one for the batch
         return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], num_heads=n,
-                                                           interleaved=interleaved)
+                                                           interleaved=interleaved, **partial)
     if target_below(ctx, "rotary_heads"):
         return None
     caches = [args[i] if tables[0] != 1 else ctx.memo(("rotary_heads_batch_cache", args[i]),
                                                        lambda i=i: _to_batch(ctx, args[i], args[0])) for i in (1, 2)]
     return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
-                    interleaved=interleaved, num_heads=n)[0]
+                    interleaved=interleaved, num_heads=n, **partial)[0]
 
 
 __all__ = ["convert_skip_layernorm_sum", "convert_embed_layernorm", "convert_skip_rmsnorm", "convert_skip_rmsnorm_sum",
