@@ -134,6 +134,7 @@ def test_unsound_rules_are_not_proven_axiomatically(unsound, axioms):
         assert m.status in ("unknown", "skipped"), (rule.name, m.detail)
 
 
+@pytest.mark.slow  # room in the default suite (issue 35): a 5 s solver run that ends "unknown" when it passes
 def test_axioms_verify_and_are_consistent(axioms):
     import z3
 

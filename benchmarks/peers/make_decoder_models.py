@@ -18,6 +18,9 @@ with fewer layers:
              rope_theta 1e6; 1 layer; no sliding window
     cohere   Aya-23-8B (Command-R's shape): hidden 4096, 32 heads, 8 kv heads, intermediate 14336, bias-free
              LayerNorm, interleaved rotary, logit scale 0.0625, tied; 1 layer; vocabulary cut from 256000 to 32768
+    phi2     Phi-2: hidden 2560, 32 heads of 80, a partial rotary (half rotation) on the first 32 entries of each
+             head (`partial_rotary_factor` 0.4), q/k/v biases, attention and MLP in parallel on one LayerNorm,
+             gelu_new, vocab 51200, untied LM head with a bias; 2 layers (the tiny copy rotates 6 of each head's 16)
     gptj     GPT-J-6B: hidden 4096, 16 heads of 256, a partial interleaved rotary on the first 64 entries of each
              head (`rotary_dim`), its tables gathered from a sin/cos cache by position, attention and MLP in
              parallel on one LayerNorm, gelu_new, vocab 50400, untied; 2 layers (no genai build: its builder has no
@@ -134,6 +137,11 @@ FAMILIES = {
                     num_hidden_layers=1, vocab_size=32768, tie_word_embeddings=True, logit_scale=0.0625,
                     rope_theta=10000.0, layer_norm_eps=1e-5, max_position_embeddings=8192, use_qk_norm=False,
                     bos_token_id=5, eos_token_id=255001, pad_token_id=0)),
+    "phi2": ("PhiConfig", "PhiForCausalLM",
+             dict(hidden_size=2560, num_attention_heads=32, num_key_value_heads=32, intermediate_size=10240,
+                  num_hidden_layers=2, vocab_size=51200, tie_word_embeddings=False, partial_rotary_factor=0.4,
+                  hidden_act="gelu_new", layer_norm_eps=1e-5, max_position_embeddings=2048, rope_theta=10000.0,
+                  bos_token_id=50256, eos_token_id=50256)),
     "gptj": ("GPTJConfig", "GPTJForCausalLM",
              dict(hidden_size=4096, num_attention_heads=16, num_key_value_heads=16, rotary_dim=64,
                   num_hidden_layers=2, vocab_size=50400, tie_word_embeddings=False, activation_function="gelu_new",
@@ -141,7 +149,7 @@ FAMILIES = {
 }
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
             num_hidden_layers=2, vocab_size=256, max_position_embeddings=256)
-TINY_KV_HEADS = {"phi3": 4, "gemma": 1, "gptj": 4}
+TINY_KV_HEADS = {"phi3": 4, "gemma": 1, "gptj": 4, "phi2": 4}
 TINY_ROTARY_DIM = {"gptj": 8}  # GPT-J rotates a quarter of each head (64 of 256): half of the tiny one's 16
 # the checks' values of the symbolic dims, in pairs; the second batch row is left-padded by PAD zeros
 DIMS = {"prefill": {"batch": [1, 2], "sequence": [16, 37]},
@@ -156,7 +164,7 @@ SHARE_MIN_BYTES = 1024  # smaller initializers stay inline in the full set's fil
 class Spec(NamedTuple):
     """One model to export."""
 
-    family: str  # llama | qwen2 | phi3 | gemma | mistral | cohere | gptj
+    family: str  # llama | qwen2 | phi3 | gemma | mistral | cohere | phi2 | gptj
     form: str  # prefill | decode | genai (onnxruntime-genai's model builder on the checkpoint)
     cfg: dict  # the transformers config's arguments
     eager: bool = False  # attn_implementation="eager" (default: transformers' default, sdpa)

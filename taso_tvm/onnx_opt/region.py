@@ -76,7 +76,7 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
     outputs = [o for o in produced if o in read_outside]
     if not outputs:
         return None
-    producer = {o: n for n in graph.node for o in n.output if o} if runtime else {}
+    producer = {o: n for n in graph.node for o in n.output if o}
     for x in sorted(runtime):
         chain = position_table(prep, x, producer)
         if chain is not None:  # the table's own nodes join the region (their outputs stay internal to it)
@@ -84,6 +84,12 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
             nodes = table_nodes + nodes
             produced_set.update(o for n in table_nodes for o in n.output)
             runtime.add(frontier)
+    for x in sorted(data_in - runtime):  # a table computed at run time (gathered by position): the first step of
+        readers = [n for n in nodes if x in n.input]  # its repeat in place, if the partition left it out
+        chain = _pairs_axis(prep, x, producer) if readers and all(n.op_type == "Expand" for n in readers) else None
+        if chain is not None:
+            nodes = chain[0] + nodes
+            produced_set.update(o for n in chain[0] for o in n.output)
     inputs, inits, seen = [], [], set()
     refs = {t.name: t for t in weights.references(prep.model)}  # weights kept out of the model stay so in the region
     for n in nodes:
@@ -121,6 +127,9 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     GPT-J's halves gathered from its sin/cos cache by position), else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
     two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
     never a region's node). `producer`: the user's graph's tensor -> the node writing it."""
+    pair = _pairs_axis(prep, name, producer)
+    if pair is not None:
+        return pair
     chain: list[onnx.NodeProto] = []
     node = producer.get(name)
     while node is not None and node.op_type in TABLE_STEPS and len(chain) < 6:
@@ -164,6 +173,27 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
         return None
     prep.first.types.setdefault(node.input[0], frontier)
     return [copy.deepcopy(node)] + chain[::-1], node.input[0]
+
+
+def _pairs_axis(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto]
+                ) -> Optional[tuple[list[onnx.NodeProto], str]]:
+    """([Unsqueeze], t) where `name` is Unsqueeze(t, axes) adding a last axis of 1 (and maybe others): the first step
+    of a table's repeat in place (`_interleave`) when the partition left that Unsqueeze out of the region (TVM
+    writes an Unsqueeze of several axes back as several nodes) and the region computes the rest of the repeat; the
+    region reads t, so that the rules see the half table; else None."""
+    unsq = producer.get(name)
+    out, half = prep.first.types.get(name), prep.first.types.get(unsq.input[0]) if unsq is not None else None
+    if unsq is None or unsq.op_type != "Unsqueeze" or len(unsq.input) < 2 or out is None or half is None \
+            or not out.HasField("tensor_type") or not half.HasField("tensor_type"):
+        return None
+    axes, dims = _model_const(prep, unsq.input[1]), [d.dim_value for d in out.tensor_type.shape.dim]
+    if axes is None or len(dims) < 3 or dims[-1] != 1:
+        return None
+    rank = len(dims)
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not all(-rank <= a < rank for a in axes) or rank - 1 not in {a % rank for a in axes}:
+        return None
+    return [copy.deepcopy(unsq)], unsq.input[0]
 
 
 def _model_const(prep: Prepared, name: str) -> Optional[np.ndarray]:
