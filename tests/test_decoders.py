@@ -47,8 +47,8 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
     assert not report.decision.startswith("original: the model does not run"), report.decision
     for kind in ("layer norm", "rotary", "attention"):
         before, after = fused_census(model)[kind], fused_census(out).get(kind)
-        # Cohere's, Phi-2's and GPT-J's norms are layer norms: the first, after the embeddings, has no residual sum to fuse with (one
-        # LayerNormalization, which the census counts as left unless a Skip or Embed form holds it)
+        # Cohere's, Phi-2's and GPT-J's norms are layer norms: the first, after the embeddings, has no residual sum
+        # to fuse with (one LayerNormalization, which the census counts as left unless a Skip or Embed form holds it)
         first = int(kind == "layer norm" and ENTRIES[name]["family"] in LAYER_NORMED)
         # a tiny prefill's last layer norm, [1, 64, 64] before the LM head: ONNX Runtime's SkipLayerNormalization
         # there may measure slower than Add + LayerNormalization beyond the noise (GPT-J's, Phi-2's: 7 %), and the

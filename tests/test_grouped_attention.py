@@ -183,10 +183,17 @@ def test_interleaved_rotary_rotates_pairs(op, standard_ops):
         half = [RNG.standard_normal((1, 5, 4)).astype(np.float32) for _ in range(2)]
         graph, feeds = _graph(op, {"x": (2, 5, 24)}, half, num_heads=3, interleaved=1)
         want = _interleaved(feeds["x"].reshape(2, 5, 3, 8), *(t[:, :, None] for t in half)).reshape(2, 5, 24)
+    _rotary_equals(graph, feeds, want, standard_ops, interleaved=1)
+
+
+def _rotary_equals(graph: TensorGraph, feeds: dict, want: np.ndarray, standard_ops: bool, **attr) -> None:
+    """The graph's one rotary equals `want` evaluated, in ONNX Runtime as the RotaryEmbedding it is written as
+    (with `attr`'s attribute), and (the decomposition) in TVM's build."""
     np.testing.assert_allclose(graph.evaluate(feeds)[0], want, rtol=1e-5, atol=1e-6)
     model = _export(graph, feeds, standard_ops=standard_ops)
     (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
-    assert helper.get_node_attr_value(rot, "interleaved") == 1
+    for k, v in attr.items():
+        assert helper.get_node_attr_value(rot, k) == v, k
     np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
     if not standard_ops:
         (got,) = tvm_run(lower_to_module(graph, params=list(feeds)), feeds)
@@ -208,11 +215,4 @@ def test_partial_rotary_rotates_the_first_entries_of_each_head(interleaved, stan
     rotated = _interleaved(r, c, sn) if interleaved else \
         r * np.concatenate([c, c], -1) + np.concatenate([-r[..., 2:], r[..., :2]], -1) * np.concatenate([sn, sn], -1)
     want = np.concatenate([rotated, x[..., 4:]], -1).reshape(2, 5, 24)
-    np.testing.assert_allclose(graph.evaluate(feeds)[0], want, rtol=1e-5, atol=1e-6)
-    model = _export(graph, feeds, standard_ops=standard_ops)
-    (rot,) = [n for n in model.graph.node if n.op_type == "RotaryEmbedding"]
-    assert helper.get_node_attr_value(rot, "rotary_embedding_dim") == 4
-    np.testing.assert_allclose(_run(model, feeds), want, rtol=1e-4, atol=1e-5)
-    if not standard_ops:
-        (got,) = tvm_run(lower_to_module(graph, params=list(feeds)), feeds)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    _rotary_equals(graph, feeds, want, standard_ops, rotary_embedding_dim=4)

@@ -124,9 +124,10 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     """(the nodes computing `name` from cat(t, t) on the last axis, or from t's entries each repeated twice in place
     (`_interleave`), t) where `name` is a table of a symbolic dim (a rotary embedding's cos or sin:
     Unsqueeze(Cos(Concat(freqs, freqs))), maybe scaled by a constant; or the interleave of any table, such as
-    GPT-J's halves gathered from its sin/cos cache by position), else None. A region reading the table reads t instead and computes the rest itself, so that the rules see the
-    two equal halves the fused rotary takes (the table itself folds to a different constant at each binding and is
-    never a region's node). `producer`: the user's graph's tensor -> the node writing it."""
+    GPT-J's halves gathered from its sin/cos cache by position), else None. A region reading the table reads t
+    instead and computes the rest itself, so that the rules see the two equal halves the fused rotary takes (the
+    table itself folds to a different constant at each binding and is never a region's node). `producer`: the
+    user's graph's tensor -> the node writing it."""
     pair = _pairs_axis(prep, name, producer)
     if pair is not None:
         return pair

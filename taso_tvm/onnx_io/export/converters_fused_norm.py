@@ -119,8 +119,9 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
 @register_fused("rotary_heads", standard=True, opsets=(0, 23))
 def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
     """RotaryEmbedding on x [batch, sequence, heads * head size] (its 3-D form, num_heads given; a partial rotary's
-    rotary_dim as rotary_embedding_dim), tables [1 or batch, sequence, rotary size / 2]: ONNX Runtime's with one table for the batch (`_runtime_rotary`),
-    ONNX 23's (standard_ops) with the tables as its [batch, sequence, head size / 2] caches."""
+    rotary_dim as rotary_embedding_dim), tables [1 or batch, sequence, rotary size / 2]: ONNX Runtime's with one
+    table for the batch (`_runtime_rotary`), ONNX 23's (standard_ops) with the tables as its [batch, sequence,
+    rotary size / 2] caches."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
     if x is None or tables is None:
         return None
