@@ -120,6 +120,19 @@ def test_real_equal_callables_stop_at_the_time_cap():
     assert res.rounds > 50
 
 
+def test_slow_runs_go_on_past_the_time_cap_to_the_floor_of_rounds_within_its_cap():
+    """Runs of 40 ms against a 0.1 s cap: without a floor the cap ends the run after 2 rounds; with a floor of 6
+    rounds it goes on to 6; a floor cap of 0.3 s ends it sooner, at that cap."""
+    def work():
+        time.sleep(0.02)
+
+    assert compare(work, work, time_cap=0.1, confidence=0.999).rounds <= 3
+    res = compare(work, work, time_cap=0.1, confidence=0.999, floor_rounds=6, floor_cap=10.0)
+    assert res.stopped_by == "time" and res.rounds == 6
+    res = compare(work, work, time_cap=0.1, confidence=0.999, floor_rounds=50, floor_cap=0.3)
+    assert res.stopped_by == "time" and 0.3 <= res.seconds < 0.5 and res.rounds < 50
+
+
 def test_three_callables_compare_with_the_first_and_measure_alone():
     clock = SimClock(drift=0.1)
     res = compare(clock.run(1e-3), clock.run(0.5e-3), clock.run(1e-3), timer=clock, max_rounds=500)

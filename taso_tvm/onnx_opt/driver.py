@@ -38,6 +38,9 @@ INPUTS_HINT = "give real inputs with --inputs sample.npz (one array per input na
 # rounds could only find a gain under 1 %. (At 3 % it threw away the 1-3 % that fusing a small encoder's attention,
 # layer norms and GELU gives, which ONNX Runtime's optimizer keeps.)
 GUARD_MIN_GAIN = 0.01
+# a model whose runs take most of a second (a 3 GB decoder's prefill) has run a dozen rounds when the time cap ends,
+# too few to show any gain: its timing goes on to this many rounds, up to this multiple of the cap
+GUARD_FLOOR_ROUNDS, GUARD_FLOOR_CAP = 30, 3.0
 PHASES = ("prepare", "partition", "captures", "search", "splice", "folding", "checks", "candidates", "peer start",
           "guard")
 
@@ -449,7 +452,8 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
     with phase("timing", into=report.phases, label="guard"):
         timed = [sessions.get(m) for m in models] if sessions is not None else models
         t = report.timing = compare_onnx_models(timed, feeds, threads, time_cap, names,
-                                                min_gain=GUARD_MIN_GAIN, race=True)
+                                                min_gain=GUARD_MIN_GAIN, race=True, floor_rounds=GUARD_FLOOR_ROUNDS,
+                                                floor_cap=GUARD_FLOOR_CAP * time_cap)
     fastest = min(range(1, len(models)), key=lambda i: t.latencies[i].median)
     vs = t.ratios[fastest - 1]
     if vs.verdict != "faster":

@@ -217,12 +217,13 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
             time_cap: float = DEFAULT_TIME_CAP, max_rounds: int = DEFAULT_MAX_ROUNDS, min_rounds: int = 0,
             warmup: int = 1, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0,
             timer: Callable[[], float] = time.perf_counter, min_gain: float = 0.0,
-            race: bool = False) -> TimingResult:
+            race: bool = False, floor_rounds: int = 0, floor_cap: float = 0.0) -> TimingResult:
     """Time the callables by interleaved single runs; compare each with the first (the baseline).
 
     Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1 or
-    shows the candidate cannot be faster by `min_gain` (`stopped_by="confident"`, not before `min_rounds` rounds), after `time_cap` seconds (warm-up included) or
-    after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
+    shows the candidate cannot be faster by `min_gain` (`stopped_by="confident"`, not before `min_rounds` rounds),
+    after `time_cap` seconds (warm-up included; with `floor_rounds`, not before that many rounds unless `floor_cap`
+    seconds have gone: runs of a second each decide nothing in a few rounds) or after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
     measures (no ratios). `race`: candidates shown slower than the fastest one stop running (module docstring).
     """
     if not callables:
@@ -265,7 +266,8 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
                 if decided and len(rows) >= min_rounds:
                     stopped_by = "confident"
                     break
-            if time.monotonic() - t_start >= time_cap:
+            spent = time.monotonic() - t_start
+            if spent >= time_cap and (len(rows) >= floor_rounds or spent >= floor_cap):
                 stopped_by = "time"
                 break
     finally:
