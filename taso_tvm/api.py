@@ -256,7 +256,8 @@ def optimize(obj: Any, rules: Any = None, cost: Any = None, alpha: Optional[floa
     An ONNX model goes through the ONNX path (`taso_tvm.onnx_opt`): every rewritten region is checked anyway (one
     that differs is dropped, or raises with `check`), symbolic dims stay symbolic (`shapes` sets the shapes costed
     at), and unless `time_check` is off the result is returned only if ONNX Runtime runs it faster than the
-    original (timed for at most `time_cap` seconds); else the original model comes back.
+    original (timed for `time_cap` seconds, or on to 30 rounds and at most three times that where runs are slow);
+    else the original model comes back.
     """
     import onnx
     import tvm
