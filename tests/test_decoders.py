@@ -2,10 +2,9 @@
 benchmarks/peers/make_decoder_models.py --set tiny), prefill and one decode step over a KV cache, searched from the
 model as given without sample inputs (a decode step's mask is `past_sequence + 1` long: the dims related as the
 exporter wrote them), and equal to the original in ONNX Runtime at bindings the search never saw, with left-padded
-rows. Every RMS norm, rotary embedding (Cohere's interleaved one, GPT-J's partial one on tables gathered by
-position too) and attention is fused (the attention as ONNX
-23's Attention on the 3-D projections, with the KV cache's past and present in a decode step: the model's opset is
-raised from 20)."""
+rows. Every RMS norm, rotary embedding (Cohere's interleaved one, Phi-2's partial one, GPT-J's partial interleaved
+one on tables gathered by position too) and attention is fused (the attention as ONNX 23's Attention on the 3-D
+projections, with the KV cache's past and present in a decode step: the model's opset is raised from 20)."""
 import json
 from pathlib import Path
 
@@ -54,8 +53,8 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
         # there may measure slower than Add + LayerNormalization beyond the noise (GPT-J's, Phi-2's: 7 %), and the
         # search then keeps the pieces
         last = int(first and "prefill" in ENTRIES[name]["form"])
-        assert before[0] == 0 and after[1] == before[1] and before[1] - first - last <= after[0] <= before[1] - first, \
-            (kind, before, after, report.decision)
+        assert before[0] == 0 and after[1] == before[1], (kind, before, after, report.decision)
+        assert before[1] - first - last <= after[0] <= before[1] - first, (kind, before, after, report.decision)
     if ENTRIES[name]["family"] in LAYER_NORMED:  # no norm left in pieces: those left are LayerNormalization nodes
         fused, norms = fused_census(out)["layer norm"]
         assert [n.op_type for n in out.graph.node].count("LayerNormalization") == norms - fused

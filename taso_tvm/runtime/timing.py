@@ -223,8 +223,9 @@ def compare(*callables: Callable[[], Any], names: Optional[Sequence[str]] = None
     Each round runs every callable once in a shuffled order. Stops when every ratio's interval excludes 1 or
     shows the candidate cannot be faster by `min_gain` (`stopped_by="confident"`, not before `min_rounds` rounds),
     after `time_cap` seconds (warm-up included; with `floor_rounds`, not before that many rounds unless `floor_cap`
-    seconds have gone: runs of a second each decide nothing in a few rounds) or after `max_rounds` rounds. `warmup` untimed runs of each callable come first. With one callable it only
-    measures (no ratios). `race`: candidates shown slower than the fastest one stop running (module docstring).
+    seconds have gone: runs of a second each decide nothing in a few rounds) or after `max_rounds` rounds.
+    `warmup` untimed runs of each callable come first. With one callable it only measures (no ratios). `race`:
+    candidates shown slower than the fastest one stop running (module docstring).
     """
     if not callables:
         raise ValueError("compare() needs at least one callable")
