@@ -106,3 +106,32 @@ def test_standard_ops_write_no_runtime_operator(tmp_path, monkeypatch):
     want, got = run_onnx(model, feeds), run_onnx(out, feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def test_a_rotary_table_gathered_from_a_cache_kept_as_a_weight_fuses(tmp_path, monkeypatch):
+    """GPT-J's sin/cos cache (`embed_positions`) as a user's large model has it: above the size kept as a reference
+    to the data file (here 1024 positions, 8192 values), so no folding reads it and the tables gathered from it by
+    position are computed at run time; the repeat's Unsqueeze, which the partition leaves out (TVM writes an
+    Unsqueeze of two axes back as two nodes), is read into the region and every rotary fuses (0 of 4 before), the
+    result equal to the original."""
+    from onnx import numpy_helper
+
+    from taso_tvm.cli.common import read_model
+
+    model = onnx.load(str(DATA / ENTRIES["gptj_decode_tiny"]["file"]))
+    (i, table), = [(i, t) for i, t in enumerate(model.graph.initializer) if list(t.dims) == [256, 8]]
+    rows = numpy_helper.to_array(table)
+    model.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.concatenate([rows] * 4), table.name))
+    path = tmp_path / "gptj.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="gptj.data", size_threshold=1024)
+    model, _ = read_model(str(path))
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL and t.name == table.name for t in model.graph.initializer)
+    monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))
+    out, report = optimize_onnx(model, time_check=False, peer_starts=False, settings={"budget": 2})
+    census = fused_census(out)
+    assert census["rotary"] == (4, 4) and census["attention"] == (2, 2), (census, report.decision)
+    for batch, length, seed in ((2, 16, 1), (3, 5, 2)):
+        feeds = _feeds(model, batch, length, seed)
+        want, got = run_onnx(model, feeds), run_onnx(out, feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
