@@ -72,9 +72,10 @@ It needs torch, transformers, onnxscript and onnxruntime-genai, which the projec
 eager) files of a family share one external data file, `{family}.weights` (content-addressed: a tensor the family
 already stored is referenced, not written again; `{family}.weights.json` indexes it; it only grows, so delete it
 with the family's files to start over); initializers under 1 KB stay inline. The set is far over 2 GB because the
-published widths are: 5.0 GB of distinct float32 weights (mistral 1.9 GB, phi3 1.7 GB, gemma 1.15 GB, qwen2 0.36
-GB, llama 0.2 GB: phi3's and mistral's single layers alone are 0.45 and 0.87 GB, so no vocabulary cut helps much),
-held three times (the torch exports' weights files, the checkpoints, the genai builds), 15 GB in all;
+published widths are: 5.0 GB of distinct float32 weights for the five Llama-family ones (mistral 1.9 GB, phi3 1.7
+GB, gemma 1.15 GB, qwen2 0.36 GB, llama 0.2 GB: phi3's and mistral's single layers alone are 0.45 and 0.87 GB, so no
+vocabulary cut helps much), held three times (the torch exports' weights files, the checkpoints, the genai builds),
+15 GB in all, and cohere 1.3 GB, phi2 1.7 GB, gptj 3.3 GB more;
 `--drop-checkpoints` deletes each checkpoint once its genai build is checked (10 GB).
 
 `--set tiny --out tests/data/decoders`: the same names suffixed `_tiny` with weights inline, for the tests: hidden
