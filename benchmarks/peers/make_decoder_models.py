@@ -20,7 +20,8 @@ with fewer layers:
              LayerNorm, interleaved rotary, logit scale 0.0625, tied; 1 layer; vocabulary cut from 256000 to 32768
     phi2     Phi-2: hidden 2560, 32 heads of 80, a partial rotary (half rotation) on the first 32 entries of each
              head (`partial_rotary_factor` 0.4), q/k/v biases, attention and MLP in parallel on one LayerNorm,
-             gelu_new, vocab 51200, untied LM head with a bias; 2 layers (the tiny copy rotates 6 of each head's 16)
+             gelu_new, vocab 51200, untied LM head with a bias; 2 layers (the tiny copy rotates 6 of each head's 16;
+             the genai builder's graph is not equal to it: its logits differ from torch's by 0.045)
     gptj     GPT-J-6B: hidden 4096, 16 heads of 256, a partial interleaved rotary on the first 64 entries of each
              head (`rotary_dim`), its tables gathered from a sin/cos cache by position, attention and MLP in
              parallel on one LayerNorm, gelu_new, vocab 50400, untied; 2 layers (no genai build: its builder has no
@@ -520,9 +521,11 @@ def export_genai(name: str, out: Path, a) -> dict:
         else:
             path = build / "model.onnx"
             model = onnx.load(str(path), load_external_data=False)
-        try:  # the builder writes ORT's SimplifiedLayerNormalization in the ONNX domain, which onnx does not know
-            onnx.checker.check_model(str(path), full_check=True)
-            checker = "passed"
+        try:  # the builder writes ORT's SimplifiedLayerNormalization in the ONNX domain, which onnx does not know,
+            onnx.checker.check_model(str(path), full_check=True)  # and for Phi-2 a Constant whose declared rank its
+            checker = "passed"  # shape inference disputes: recorded; ONNX Runtime against torch is the check
+        except onnx.shape_inference.InferenceError as exc:
+            checker = f"failed: {str(exc).strip().splitlines()[0]}"
         except onnx.checker.ValidationError as exc:
             checker = f"failed: {str(exc).strip().splitlines()[0]}"
             if "No Op registered for" not in checker:
