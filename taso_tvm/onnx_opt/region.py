@@ -85,9 +85,8 @@ def region_model(prep: Prepared, region: Region) -> Optional[RegionModel]:
             produced_set.update(o for n in table_nodes for o in n.output)
             runtime.add(frontier)
     for x in sorted(data_in - runtime):  # a table computed at run time (gathered by position): the first step of
-        readers = [n for n in nodes if x in n.input]  # its repeat in place, if the partition left it out
-        chain = _pairs_axis(prep, x, producer) if readers and all(n.op_type == "Expand" for n in readers) else None
-        if chain is not None:
+        chain = _pairs_axis(prep, x, producer)  # its repeat in place, if the partition left it out
+        if chain is not None and all(n.op_type == "Expand" for n in nodes if x in n.input):
             nodes = chain[0] + nodes
             produced_set.update(o for n in chain[0] for o in n.output)
     inputs, inits, seen = [], [], set()
@@ -128,9 +127,6 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     instead and computes the rest itself, so that the rules see the two equal halves the fused rotary takes (the
     table itself folds to a different constant at each binding and is never a region's node). `producer`: the
     user's graph's tensor -> the node writing it."""
-    pair = _pairs_axis(prep, name, producer)
-    if pair is not None:
-        return pair
     chain: list[onnx.NodeProto] = []
     node = producer.get(name)
     while node is not None and node.op_type in TABLE_STEPS and len(chain) < 6:
@@ -160,8 +156,8 @@ def position_table(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto
     frontier = onnx.helper.make_tensor_type_proto(table.tensor_type.elem_type, dims[:-1] + [dims[-1] // 2])
     interleaved = _interleave(prep, node, producer, dims)
     if interleaved is not None:  # an interleaved rotary's table: repeat_interleave(freqs, 2) (Cohere, GPT-J)
-        steps, freqs, kept = interleaved
-        half = [d for k, d in enumerate(dims[:-1]) if k not in kept] + [dims[-1] // 2]
+        steps, freqs, added = interleaved  # (the axes the repeat's Unsqueeze adds besides its own: GPT-J's heads)
+        half = [d for k, d in enumerate(dims[:-1]) if k not in added] + [dims[-1] // 2]
         known = prep.first.types.get(freqs)
         if known is not None and known.HasField("tensor_type") and \
                 [d.dim_value for d in known.tensor_type.shape.dim] != half:
@@ -180,8 +176,9 @@ def _pairs_axis(prep: Prepared, name: str, producer: dict[str, onnx.NodeProto]
                 ) -> Optional[tuple[list[onnx.NodeProto], str]]:
     """([Unsqueeze], t) where `name` is Unsqueeze(t, axes) adding a last axis of 1 (and maybe others): the first step
     of a table's repeat in place (`_interleave`) when the partition left that Unsqueeze out of the region (TVM
-    writes an Unsqueeze of several axes back as several nodes) and the region computes the rest of the repeat; the
-    region reads t, so that the rules see the half table; else None."""
+    writes an Unsqueeze of several axes back as several nodes) and the region computes the rest of the repeat
+    (`region_model` checks that an Expand reads it); the region reads t, so that the rules see the half table;
+    else None."""
     unsq = producer.get(name)
     out, half = prep.first.types.get(name), prep.first.types.get(unsq.input[0]) if unsq is not None else None
     if unsq is None or unsq.op_type != "Unsqueeze" or len(unsq.input) < 2 or out is None or half is None \
