@@ -18,7 +18,7 @@ from ..onnx_io import weights
 from ..progress import Progress, phase
 from .onnx_graph import node_reads
 from .partition import Partition, partition
-from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare, second_bindings
+from .prepare import Binding, Prepared, bind_inputs, infer, make_binding, prepare, second_bindings, simplify
 from .region import RegionResult, region_model, relax_boundary, search_region
 from .fold_constants import binding_independent_constants, fold_into
 from .shape_reads import restore_shape_reads, rewire_shape_reads
@@ -428,10 +428,8 @@ def _onnxsim_output(model: onnx.ModelProto, feeds: Sequence[dict], rtol: float, 
         return None
 
     def run() -> Optional[onnx.ModelProto]:
-        import onnxsim
-
         with phase("onnxsim"), quiet():
-            out, ok = onnxsim.simplify(copy.deepcopy(model))
+            out, ok = simplify(copy.deepcopy(model))
         return out if ok and out.graph.SerializeToString() != model.graph.SerializeToString() else None
 
     return checked_output("onnxsim's output", run, model, feeds, rtol, atol, threads, wants)

@@ -11,6 +11,7 @@ node that reads it stays out of the search.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -261,6 +262,17 @@ def _light_copy(model: onnx.ModelProto, light: onnx.ModelProto) -> None:
     lg.input.extend(i for i in g.input if i.name not in names)
 
 
+def simplify(model: onnx.ModelProto, **kwargs) -> tuple[onnx.ModelProto, bool]:
+    """`onnxsim.simplify(model, **kwargs)` without the Z3 certificate of its result that onnxsim 0.8 computes by
+    default (up to 10 s a call, most of a small decoder's whole run): every model taso-tvm writes is checked
+    numerically against the original, and onnxsim's output is only a starting point."""
+    import onnxsim
+
+    if "certify" in inspect.signature(onnxsim.simplify, follow_wrapped=False).parameters:
+        kwargs.setdefault("certify", False)
+    return onnxsim.simplify(model, **kwargs)
+
+
 def _working_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     m = copy.deepcopy(model)
     for i, n in enumerate(m.graph.node):
@@ -274,7 +286,7 @@ def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bo
     graph inputs to it: they are never shape data, and onnxsim would serialize them."""
     bound = as_inputs(bind_inputs(model, binding))
     try:
-        import onnxsim
+        import onnxsim  # noqa: F401 - `simplify` needs it
     except ImportError:  # pragma: no cover - a declared dependency
         log.warning("onnxsim is not installed: shape arithmetic is not folded")
         return bound, False
@@ -282,8 +294,7 @@ def _fold(model: onnx.ModelProto, binding: Binding) -> tuple[onnx.ModelProto, bo
     for _ in range(MAX_FOLD_ROUNDS):
         try:
             with quiet():  # onnxsim prints a line for every node it cannot fold
-                out, _ = onnxsim.simplify(folded, perform_optimization=False, check_n=0,
-                                          skip_shape_inference=False)
+                out, _ = simplify(folded, perform_optimization=False, check_n=0, skip_shape_inference=False)
         except Exception as e:  # onnxsim raises whatever ORT or its passes raise
             if folded is not bound:
                 break
