@@ -167,6 +167,27 @@ class CostModel:
                  ", ".join(f"{w:.4g}" for w in whole), choice)
         return choice
 
+    def remeasure(self, graphs: Sequence[TensorGraph]) -> int:
+        """Measure again, in one batch, the kernels that some of `graphs` run and others do not (those that decide
+        between them), replacing what memory and the persistent cache held: a kernel measured while the machine was
+        busy would otherwise decide every later run the same way. Returns how many were measured."""
+        sets = [{k.sig for k in self.kernels(g)} for g in graphs]
+        differing = sorted(set().union(*sets) - set.intersection(*sets), key=lambda s: s.key)
+        if not differing:
+            return 0
+        t0 = time.perf_counter()
+        measured = self.backend.measure(differing)
+        self.measure_seconds += time.perf_counter() - t0
+        rows = []
+        for s, m in measured.items():
+            old, self._mem[s], self.details[s] = self._mem.get(s), m.cost_ms, m
+            log.info("remeasured %s: %s -> %.4g ms", s.label(), "?" if old is None else f"{old:.4g}", m.cost_ms)
+            if m.persistent:
+                rows.append((s.key, s.label(), m.cost_ms, m.status, m.detail))
+        if self.cache is not None and self.backend.cacheable:
+            self.cache.put_many(self.scope, rows)
+        return len(measured)
+
     def prefetch(self, graphs: Iterable[TensorGraph]) -> None:
         """Measure the kernels of many graphs in one batch (one parallel build)."""
         self.costs(k.sig for g in graphs for k in self.kernels(g))

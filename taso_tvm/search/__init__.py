@@ -8,7 +8,8 @@ import time
 from typing import Callable, Optional
 
 from ..graph import TensorGraph
-from .backtrack import NOISE_BAND, CostFn, RuleSource, SearchStats, SettleFn, backtracking_search, normalize
+from .backtrack import (NOISE_BAND, CostFn, RemeasureFn, RuleSource, SearchStats, SettleFn, backtracking_search,
+                        normalize)
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
 from .stop import StopReason
@@ -24,10 +25,11 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
     `config.method` picks the search: backtracking (region by region), the e-graph (`search.egraph`; `rules` must
     offer `pattern_rewrites()`, as a `RuleSet` does), or both, keeping the cheaper graph (the backtracking one on
     a tie)."""
-    settle = None
+    settle = remeasure = None
     if hasattr(cost, "graph_cost"):
         prefetch = prefetch or getattr(cost, "prefetch", None)
-        settle = cost.settle if getattr(cost, "noisy", False) else None
+        if getattr(cost, "noisy", False):
+            settle, remeasure = cost.settle, getattr(cost, "remeasure", None)
         cost = cost.graph_cost
     cfg = (config or SearchConfig()).validate()
     t0 = time.monotonic()
@@ -36,7 +38,7 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
         from .egraph import egraph_search
 
         return egraph_search(graph, rules, cost, cfg.egraph, prefetch=prefetch, deadline=deadline)
-    best, total = _backtrack(graph, rules, cost, cfg, deadline, prefetch, settle)
+    best, total = _backtrack(graph, rules, cost, cfg, deadline, prefetch, settle, remeasure)
     if cfg.method == "both":
         from .egraph import egraph_search
 
@@ -53,15 +55,17 @@ def optimize_graph(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: 
 
 
 def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchConfig, deadline: Optional[float],
-               prefetch: Optional[Callable[[list], None]], settle: Optional[SettleFn] = None) \
-        -> tuple[TensorGraph, SearchStats]:
-    """TASO's backtracking search, region by region (`settle`: see `backtracking_search`)."""
+               prefetch: Optional[Callable[[list], None]], settle: Optional[SettleFn] = None,
+               remeasure: Optional[RemeasureFn] = None) -> tuple[TensorGraph, SearchStats]:
+    """TASO's backtracking search, region by region (`settle`: see `backtracking_search`; `remeasure`: measure
+    afresh the kernels that differ between graphs, `CostModel.remeasure`)."""
     t0 = time.monotonic()
     start_cost = cost(graph)
     total = SearchStats(start_cost, start_cost, graph.num_runtime_ops, graph.num_runtime_ops)
 
     def search_one(g: TensorGraph):
-        return backtracking_search(g, rules, cost, cfg, deadline=deadline, prefetch=prefetch, settle=settle)
+        return backtracking_search(g, rules, cost, cfg, deadline=deadline, prefetch=prefetch, settle=settle,
+                                   remeasure=remeasure)
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -78,7 +82,15 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     best_cost = cost(best)
     # regions are costed alone; never hand back a graph the model says is worse (beyond the noise, where a region's
     # graph was chosen by measuring candidates whole)
-    if best_cost > start_cost * (1 + (NOISE_BAND if settle is not None else 0.0)):
+    band = NOISE_BAND if settle is not None else 0.0
+    if best_cost > start_cost * (1 + band) and remeasure is not None and best is not graph \
+            and remeasure([graph, best]):
+        # the kernels that decide it measured again: a measurement the persistent cache kept from a busy moment
+        # must not keep every later run from a rewrite its regions chose
+        start_cost, best_cost = cost(graph), cost(best)
+        total.cost_before = start_cost
+        log.info("splice check remeasured: %.4g -> %.4g", start_cost, best_cost)
+    if best_cost > start_cost * (1 + band):
         log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
         best, best_cost = graph, start_cost
         total.rules_applied.clear()

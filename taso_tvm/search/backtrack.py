@@ -28,6 +28,7 @@ CostFn = Callable[[TensorGraph], float]
 NOISE_BAND = 0.03
 SETTLE_CANDIDATES = 4  # at most this many of the cheapest graphs are measured whole
 SettleFn = Callable[[list, float], int]
+RemeasureFn = Callable[[list], int]  # measure afresh the kernels that differ between graphs; how many it measured
 
 
 class RuleSource(Protocol):
@@ -69,7 +70,8 @@ class SearchStats:
 def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, config: Optional[SearchConfig] = None,
                         deadline: Optional[float] = None,
                         prefetch: Optional[Callable[[list], None]] = None,
-                        settle: Optional[SettleFn] = None) -> tuple[TensorGraph, SearchStats]:
+                        settle: Optional[SettleFn] = None,
+                        remeasure: Optional[RemeasureFn] = None) -> tuple[TensorGraph, SearchStats]:
     """Search from `graph`; returns the cheapest graph found and statistics.
 
     From `config` (default `SearchConfig()`): `alpha`, `budget` (graphs expanded) and the bound on candidates'
@@ -79,7 +81,10 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     given, picks among the cheapest graphs (the given graph first, then by cost) when their costs are within
     NOISE_BAND of each other (a cost model measures them whole), so noise in the summed costs does not decide.
     With `settle` (measured costs), the route is noise-tolerant too: costs within NOISE_BAND of each other are
-    ordered by a key that does not depend on the measurements (`_better`, `_priority`).
+    ordered by a key that does not depend on the measurements (`_better`, `_priority`). `remeasure(graphs)`, if
+    given, measures afresh the kernels that differ between graphs (`CostModel.remeasure`): called before the graph
+    found is dropped for costing more than the given one, so that a measurement kept from a busy moment does not
+    decide.
     """
     cfg = config or SearchConfig()
     band = NOISE_BAND if settle is not None else 0.0
@@ -147,6 +152,11 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
         best, best_cost, best_path = _settle(settle, ref, best, best_cost, best_path, leaders)
     # the normal form led nowhere cheaper (within the band too: a rewrite the model says costs more is not kept for
     # having fewer operators)
+    if not _better(best_cost, best, start_cost, graph) and remeasure is not None and best is not graph \
+            and remeasure([graph, best]):
+        start_cost, best_cost = cost(graph), cost(best)
+        stats.cost_before = start_cost
+        log.info("remeasured: %.4g -> %.4g", start_cost, best_cost)
     if not _better(best_cost, best, start_cost, graph):
         best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
