@@ -6,6 +6,7 @@ rows. Every RMS norm, rotary embedding (Cohere's interleaved one, Phi-2's partia
 one on tables gathered by position too) and attention is fused (the attention as ONNX 23's Attention on the 3-D
 projections, with the KV cache's past and present in a decode step: the model's opset is raised from 20)."""
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,9 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
     # the attention on the projections as their products give them (3-D): no transpose of heads left; a decode
     # step's attention appends to the cache itself (past in, present out)
     assert not [n for n in out.graph.node if n.op_type == "Transpose"], report.decision
+    # the products of one input packed into one MatMul on every layer (q, k and v; the gate and up projections)
+    readers = Counter(n.input[0] for n in out.graph.node if n.op_type == "MatMul")
+    assert max(readers.values()) == 1, [k for k, c in readers.items() if c > 1]
     decode = "decode" in ENTRIES[name]["form"]
     for n in (n for n in out.graph.node if n.op_type == "Attention"):
         assert (len(n.input) == 6 and len(n.output) == 3) == decode, (n.input, n.output)

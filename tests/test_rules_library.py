@@ -35,7 +35,7 @@ def test_library_size_and_families():
         fams.setdefault(r.family, []).append(r.name)
     assert len(LIBRARY) >= 45
     for fam in ("fusion", "batchnorm", "merge_shared_input", "merge_shared_weight", "concat_inputs", "linearity",
-                "reassociation", "elementwise_concat", "split_concat", "layout", "grouped_conv", "transformer"):
+                "reassociation", "elementwise_concat", "split_concat", "layout", "grouped_conv", "packing"):
         assert fam in fams, fam
     names = {r.name for r in LIBRARY}
     assert {"fuse_conv_relu", "fuse_matmul_relu", "fold_conv_batchnorm", "fold_conv_bias_batchnorm",

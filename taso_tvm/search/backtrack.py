@@ -197,7 +197,8 @@ DEAD_ROWS = "dead_rows"  # also eager: a slice moved towards the inputs, so no o
 EAGER_FAMILIES = (NORMALIZE, DEAD_ROWS)
 
 
-FUSING_FAMILIES = ("attention", "layernorm", "gelu")  # rewrites into the runtime's fused operators (`fuse`)
+FUSING_FAMILIES = ("attention", "layernorm", "gelu", "packing")  # rewrites into the runtime's fused operators and
+# the packing of products of one input (`fuse`)
 
 _FAMILY_SETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # rule set -> {families: its rules of them}
 
