@@ -216,3 +216,32 @@ def test_partial_rotary_rotates_the_first_entries_of_each_head(interleaved, stan
         r * np.concatenate([c, c], -1) + np.concatenate([-r[..., 2:], r[..., :2]], -1) * np.concatenate([sn, sn], -1)
     want = np.concatenate([rotated, x[..., 4:]], -1).reshape(2, 5, 24)
     _rotary_equals(graph, feeds, want, standard_ops, rotary_embedding_dim=4)
+
+
+@pytest.mark.parametrize("masked", [np.finfo(np.float32).min, -np.inf])
+def test_the_nan_guard_is_written_only_where_the_mask_may_be_infinite(masked):
+    """A decode step whose mask the model computes as the exporters do, where(seen, 0, masked) from a boolean input,
+    with row 0 left-padded and row 1 masked entirely: with float32's lowest the mask is finite, no row's softmax is
+    NaN, and the attention is written without the IsNaN / Where guard (the lowest rewritten in the Where's constants
+    themselves); with -inf the guard stays (row 1 is then 0). Either equals the decomposition in ONNX Runtime."""
+    b, s, d, past = 2, 1, 4, 5
+    st = NodeStore()
+    shapes = {"q": (b, s, 6 * d), "k": (b, s, 2 * d), "v": (b, s, 2 * d), "pk": (b, 2, past, d),
+              "pv": (b, 2, past, d)}
+    feeds = {k: RNG.standard_normal(sh).astype(np.float32) for k, sh in shapes.items()}
+    refs = [st.input(k, TensorType(sh, F32)) for k, sh in shapes.items()]
+    seen = np.ones((b, 1, s, past + s), bool)
+    seen[0, ..., :3], seen[1] = False, False
+    feeds["seen"] = seen
+    mask = st.add("where", [st.input("seen", TensorType(seen.shape, "bool")), st.weight(np.float32(0.0)),
+                            st.weight(np.float32(masked))])[0]
+    outs = st.add("gqa_heads_cache", refs + [st.weight(np.float32(0.4)), mask, st.weight(np.float32(0.0))],
+                  num_heads=6, kv_num_heads=2)
+    graph = TensorGraph(st, list(outs))
+    want = graph.evaluate(feeds)
+    model = _export(graph, feeds)
+    kinds = [n.op_type for n in model.graph.node]
+    assert kinds.count("Attention") == 1 and ("IsNaN" in kinds) == (masked == -np.inf) and "Equal" not in kinds, kinds
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, w in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)

@@ -93,11 +93,38 @@ def _attention_bias(ctx, call, mask: str, query: str, key: str, sq: int, sk: int
     return m
 
 
-def _guard(ctx, fill: Optional[str], out: str) -> str:
-    """The NaN guard's `fill` (None: no guard) applied to the fused node's output: IsNaN + Where with 0."""
-    if fill is None:
+def _guard(ctx, fill: Optional[str], out: str, mask: str) -> str:
+    """The NaN guard's `fill` (None: no guard) applied to the fused node's output: IsNaN + Where with 0; none where
+    the mask is finite (`finite_values`): a row of finite scores plus a finite mask has a softmax (the guard is
+    torch's for a row masked entirely with -inf), so the guard could act only on inputs that hold NaN or infinite
+    values already."""
+    if fill is None or finite_values(ctx, mask):
         return out
     return ctx.op("Where", ctx.op("IsNaN", out), fill, out)
+
+
+SAME_VALUES = ("Reshape", "Expand", "Unsqueeze", "Squeeze", "Transpose", "Identity")  # move values, make none
+INTEGRAL = frozenset({TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                      TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
+
+
+def finite_values(ctx, name: str, depth: int = 8) -> bool:
+    """Whether every value of tensor `name` is finite by construction: a finite constant, a Where choosing between
+    such tensors (the masks exporters compute: 0 where a key is seen, float32's lowest where not), a cast from
+    booleans or integers, or one of those reshaped or broadcast (`depth` producers back at most)."""
+    v = _const(ctx, name)
+    if v is not None:
+        return v.dtype == bool or bool(np.isfinite(v).all())
+    spec = ctx.producer.get(name)
+    if spec is None or depth == 0 or spec.domain not in ("", "ai.onnx"):
+        return False
+    if spec.op_type == "Where":
+        return all(finite_values(ctx, i, depth - 1) for i in spec.inputs[1:3])
+    if spec.op_type == "Cast":  # to float32 or float64: no integer is beyond their range
+        source = ctx.types.get(spec.inputs[0])
+        return source == TensorProto.BOOL or source in INTEGRAL and spec.attrs.get("to") in (TensorProto.FLOAT,
+                                                                                          TensorProto.DOUBLE)
+    return spec.op_type in SAME_VALUES and finite_values(ctx, spec.inputs[0], depth - 1)
 
 
 def _guard_ok(ctx, fill: Optional[str]) -> bool:
@@ -123,7 +150,7 @@ def _attention_node(ctx, call, attrs, args, op_type: str, inputs: list, q_arg: i
         return None
     out = ctx.node(op_type, inputs + ["", "", bias], domain=MS, out_types=[_elem(ctx, inputs[0])],
                    num_heads=heads, scale=s)[0]
-    return _guard(ctx, _fill(args, 5), out)
+    return _guard(ctx, _fill(args, 5), out, args[4])
 
 
 @register_fused("mha")
@@ -164,7 +191,7 @@ def _attention23(ctx, call, attrs, args, qkv: list, past: list, n_out: int, head
                                                      lambda: _off_lowest(ctx, args[at + 1]))
     elem = _elem(ctx, args[0])
     outs = ctx.node("Attention", qkv + [m] + past, n_out=n_out, out_types=[elem] * n_out, scale=s, **heads)
-    return [_guard(ctx, fill, outs[0])] + outs[1:]
+    return [_guard(ctx, fill, outs[0], args[at + 1])] + outs[1:]
 
 
 @register_fused("gqa_heads", standard=True, opsets=(ATTENTION_OPSET, ATTENTION_OPSET))
@@ -191,7 +218,15 @@ def _off_lowest(ctx, mask: str) -> str:
     """The mask with float32's lowest (torch's masked_fill value, finfo.min) written as NEAR_LOWEST: the same scores
     after adding q kᵀ (both swamp it) and the same softmax, also for a row masked entirely (the average of the
     values: the decomposition's result, and torch's); -inf stays -inf (such a row is NaN, then the guard's 0)."""
-    low = ctx.const(np.array(np.finfo(np.float32).min, np.float32))
+    lowest = np.finfo(np.float32).min
+    spec = ctx.producer.get(mask)
+    if spec is not None and spec.op_type == "Where" and spec.domain in ("", "ai.onnx") \
+            and all(_const(ctx, i) is not None for i in spec.inputs[1:3]):
+        # the exporter's mask, a choice between constants: the same choice between the constants rewritten
+        branches = [np.where(_const(ctx, i) == lowest, np.float32(NEAR_LOWEST), _const(ctx, i)).astype(np.float32)
+                    for i in spec.inputs[1:3]]
+        return ctx.op("Where", spec.inputs[0], ctx.const(branches[0]), ctx.const(branches[1]))
+    low = ctx.const(np.array(lowest, np.float32))
     near = ctx.const(np.array(NEAR_LOWEST, np.float32))
     return ctx.op("Where", ctx.op("Equal", mask, low), near, mask)
 
