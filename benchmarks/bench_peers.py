@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import logging
 import os
@@ -58,6 +59,10 @@ ATTENTION_OPS = frozenset({"Attention", "MultiHeadAttention", "PackedAttention",
 NO_ATTENTION_FLAG = "peer fused no attention: not counted as ahead"
 GEMM = 1024
 THREADS = 2
+SESSIONS = 4  # sessions of each variant the timing runs in turn: where ONNX Runtime places a session's buffers moves
+# its runs by several % (six sessions of one decoder file: medians up to 6.6 % apart), so a ratio of two single
+# sessions measures their placements as much as the files
+SESSION_BYTES = 8 << 30  # the files' bytes (model and data) the sessions may hold at once; fewer sessions beyond it
 
 
 @dataclass
@@ -266,9 +271,10 @@ def checked_runners(cells: dict, paths: dict, order: Sequence[str], feeds: dict,
                     note: Callable[[Any, Path], None]) -> tuple[list, list]:
     """(runners, names) of the variants' files (`paths`, "original" among them) in `order`, each checked against
     the original's outputs first: a file that does not load or differs is its cell's failure, not a runner.
-    `note(cell, path)` records what a checked file holds."""
+    `note(cell, path)` records what a checked file holds. Each runner runs its file in SESSIONS sessions in turn
+    (fewer where the files would hold more than SESSION_BYTES), made in turns across the variants."""
     want = run_onnx(str(paths["original"]), feeds)  # by path: a model over 2 GB reads its weights from its data file
-    runners, names = [], []
+    checked, names = [], []
     for v in order:
         if v not in paths:
             continue
@@ -276,13 +282,36 @@ def checked_runners(cells: dict, paths: dict, order: Sequence[str], feeds: dict,
         try:
             if v != "original":
                 compare_outputs(run_onnx(str(paths[v]), feeds), want, rtol=1e-3, atol=1e-4)
-            runners.append(ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds))
+            checked.append([ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds)])
             names.append(v)
         except (CheckFailed, Exception) as e:  # noqa: BLE001  (does not load, or differs)
             c.ok, c.note = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
             continue
         note(c, paths[v])
-    return runners, names
+    held = sum(_file_bytes(paths[v]) for v in names)
+    for _ in range(1, max(1, min(SESSIONS, SESSION_BYTES // max(held, 1)))):
+        for v, runs in zip(names, checked):
+            runs.append(ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds))
+            runs[-1]()  # its first run (buffers allocated) before any is timed, as compare's warm-up does the first
+    return [_in_turn(runs) for runs in checked], names
+
+
+def _file_bytes(path: Path) -> int:
+    """A model file's bytes with those of the data files beside it that it names."""
+    m = onnx.load(str(path), load_external_data=False)
+    files = {e.value for t in m.graph.initializer for e in t.external_data if e.key == "location"}
+    return Path(path).stat().st_size + sum((Path(path).parent / f).stat().st_size for f in files)
+
+
+def _in_turn(runs: list) -> Callable[[], Any]:
+    """One callable running each of `runs` in turn, a call each."""
+    turn = itertools.cycle(runs)
+
+    def run() -> Any:
+        return next(turn)()
+
+    run.sessions = len(runs)
+    return run
 
 
 def fused_counts(model: Any) -> dict:
