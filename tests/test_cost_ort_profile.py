@@ -42,6 +42,24 @@ def test_a_profile_reads_as_runs_with_their_node_counts():
     assert all(r.nodes == 5 and 0 < r.kernel_us <= r.run_us for r in runs)
 
 
+def test_a_profile_in_another_layout_reads_as_the_same_runs(tmp_path):
+    """The events' heads are read line by line where ONNX Runtime writes an event a line (its node events' arguments
+    are most of the file); a profile laid out otherwise is decoded whole, to the same runs."""
+    import json
+
+    b = OrtBackend(load_cost_config(backend="ort", cache=""))
+    sess = b.profiled_session(_abs_neg(3))
+    for _ in range(6):
+        sess.run(None, {"x": np.ones(64, np.float32)})
+    path = sess.end_profiling()
+    runs = profiled_runs(path, skip=1)
+    other = tmp_path / "indented.json"
+    other.write_text(json.dumps(json.loads(open(path).read()), indent=1))
+    b.close()  # (its profiles' folder with it)
+    assert len(runs) == 5 and all(r.nodes == 3 and 0 < r.kernel_us <= r.run_us for r in runs)
+    assert profiled_runs(str(other), skip=1) == runs
+
+
 def test_dispatch_is_measured_once_and_kept_in_the_cache(tmp_path):
     with CostModel(load_cost_config(backend="ort", cache=str(tmp_path / "c.sqlite"))) as cm:
         d = cm.backend.dispatch_ms
