@@ -4,15 +4,24 @@ with different inputs (an export, taso-tvm's file of it, onnxruntime-genai's gra
 `bench_decoders.py`'s rows, one run each, differ between runs by more than a change measures.
 
     python benchmarks/compare_files.py A.onnx B.onnx ... [--dim NAME=VALUE ...] [--rounds 2000] [--time-cap 100]
+    python benchmarks/compare_files.py A.onnx B.onnx ... --epochs 30 [--rounds 60]
 
 Prints each file's median latency and its latency over the first's (median of per-round ratios, 95 % interval:
-below 1 is faster); 2 intra-op threads, spinning off.
+below 1 is faster); 2 intra-op threads, spinning off. `--epochs E`: where ONNX Runtime places a session's buffers
+moves its runs by several % (sessions of one decoder file: medians up to 6.6 % apart), which one run of one session
+per file cannot show; E epochs, each with fresh sessions of every file (made in a random order) and --rounds rounds
+in a shuffled order each, the interval a bootstrap over the epochs, then their rounds.
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import random
 import sys
+import time
 from pathlib import Path
+
+import numpy as np
 
 from taso_tvm.onnx_io import read_onnx
 from taso_tvm.runtime.check import random_feeds
@@ -30,6 +39,36 @@ def feeds_of(path: str, dims: dict) -> dict:
     return feeds
 
 
+def epochs(files: list, feeds: list, names: list, count: int, rounds: int, seed: int = 0) -> str:
+    """Latencies over `count` epochs of fresh sessions, `rounds` shuffled rounds each (module docstring)."""
+    rnd, times = random.Random(seed), np.zeros((len(files), count, rounds))
+    for e in range(count):
+        order = list(range(len(files)))
+        rnd.shuffle(order)
+        runs = {i: ort_runner(ort_session(files[i], threads=2, spin=False), feeds[i]) for i in order}
+        for i in order:
+            runs[i]()  # its first run (buffers allocated) untimed
+        for r in range(rounds):
+            rnd.shuffle(order)
+            for i in order:
+                t0 = time.perf_counter()
+                runs[i]()
+                times[i, e, r] = time.perf_counter() - t0
+        del runs
+        gc.collect()
+    boot = np.random.default_rng(seed)
+    picks = [(boot.integers(0, count, count), boot.integers(0, rounds, (count, rounds))) for _ in range(2000)]
+    lines = [f"{names[0]}: median {np.median(times[0]) * 1e3:.3f} ms ({count} epochs x {rounds} rounds)"]
+    for i in range(1, len(files)):
+        ratio = times[i] / times[0]
+        spread = [float(np.median(ratio[ee[:, None], rr])) for ee, rr in picks]
+        per_epoch = np.median(ratio, axis=1)
+        lines.append(f"{names[i]}: median {np.median(times[i]) * 1e3:.3f} ms, {np.median(ratio):.3f}x the first's "
+                     f"[{np.percentile(spread, 2.5):.3f}, {np.percentile(spread, 97.5):.3f}] (epochs' medians "
+                     f"{per_epoch.min():.3f} to {per_epoch.max():.3f})")
+    return "\n".join(lines)
+
+
 def main(argv: list | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+")
@@ -37,10 +76,14 @@ def main(argv: list | None = None) -> int:
                    "ignore it)")
     p.add_argument("--rounds", type=int, default=2000, help="alternating rounds at least (then --time-cap)")
     p.add_argument("--time-cap", type=float, default=100.0)
+    p.add_argument("--epochs", type=int, default=0, help="epochs of fresh sessions, --rounds rounds each (docstring)")
     a = p.parse_args(argv)
     dims = {k: int(v) for k, v in (d.split("=", 1) for d in a.dim)}
-    runners = [ort_runner(ort_session(f, threads=2, spin=False), feeds_of(f, dims)) for f in a.files]
     names = [f"{Path(f).parent.name}/{Path(f).name}" for f in a.files]
+    if a.epochs > 0:
+        print(epochs(a.files, [feeds_of(f, dims) for f in a.files], names, a.epochs, a.rounds))
+        return 0
+    runners = [ort_runner(ort_session(f, threads=2, spin=False), feeds_of(f, dims)) for f in a.files]
     res = compare(*runners, names=names, time_cap=a.time_cap, min_rounds=a.rounds, max_rounds=10 * a.rounds)
     print(res.summary().replace("; ", "\n"))
     return 0
