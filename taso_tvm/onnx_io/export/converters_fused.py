@@ -223,9 +223,11 @@ def _off_lowest(ctx, mask: str) -> str:
     if spec is not None and spec.op_type == "Where" and spec.domain in ("", "ai.onnx") \
             and all(_const(ctx, i) is not None for i in spec.inputs[1:3]):
         # the exporter's mask, a choice between constants: the same choice between the constants rewritten
-        branches = [np.where(_const(ctx, i) == lowest, np.float32(NEAR_LOWEST), _const(ctx, i)).astype(np.float32)
-                    for i in spec.inputs[1:3]]
-        return ctx.op("Where", spec.inputs[0], ctx.const(branches[0]), ctx.const(branches[1]))
+        values = [_const(ctx, i) for i in spec.inputs[1:3]]
+        if not any(np.any(v == lowest) for v in values):
+            return mask
+        branches = [ctx.const(np.where(v == lowest, np.float32(NEAR_LOWEST), v).astype(np.float32)) for v in values]
+        return ctx.op("Where", spec.inputs[0], *branches)
     low = ctx.const(np.array(lowest, np.float32))
     near = ctx.const(np.array(NEAR_LOWEST, np.float32))
     return ctx.op("Where", ctx.op("Equal", mask, low), near, mask)
