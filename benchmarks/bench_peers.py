@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import json
 import logging
 import os
@@ -49,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from taso_tvm.runtime.check import CheckFailed, compare_outputs, run_onnx  # noqa: E402
-from taso_tvm.runtime.timing import compare, measure, ort_runner, ort_session  # noqa: E402
+from taso_tvm.runtime.timing import compare, in_turn, measure, ort_runner, ort_session  # noqa: E402
 
 log = logging.getLogger("bench_peers")
 VARIANTS = ("original", "onnxsim", "ort-opt", "taso", "ort-opt+taso")
@@ -293,7 +292,7 @@ def checked_runners(cells: dict, paths: dict, order: Sequence[str], feeds: dict,
         for v, runs in zip(names, checked):
             runs.append(ort_runner(ort_session(str(paths[v]), threads=THREADS, spin=False), feeds))
             runs[-1]()  # its first run (buffers allocated) before any is timed, as compare's warm-up does the first
-    return [_in_turn(runs) for runs in checked], names
+    return [in_turn(runs) for runs in checked], names
 
 
 def _file_bytes(path: Path) -> int:
@@ -301,17 +300,6 @@ def _file_bytes(path: Path) -> int:
     m = onnx.load(str(path), load_external_data=False)
     files = {e.value for t in m.graph.initializer for e in t.external_data if e.key == "location"}
     return Path(path).stat().st_size + sum((Path(path).parent / f).stat().st_size for f in files)
-
-
-def _in_turn(runs: list) -> Callable[[], Any]:
-    """One callable running each of `runs` in turn, a call each."""
-    turn = itertools.cycle(runs)
-
-    def run() -> Any:
-        return next(turn)()
-
-    run.sessions = len(runs)
-    return run
 
 
 def fused_counts(model: Any) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from taso_tvm import zoo
-from taso_tvm.onnx_opt.driver import feeds_at, optimize_onnx
+from taso_tvm.onnx_opt.driver import GUARD_SESSIONS, feeds_at, optimize_onnx
 from taso_tvm.onnx_opt.peer_starts import (heads_and_hidden, looks_like_a_transformer, onnxscript_output,
                                           ort_optimizer_output)
 from taso_tvm.onnx_opt.fused_census import fused_census
@@ -30,6 +30,7 @@ def test_the_guard_times_ort_optimizers_output_for_a_transformer():
     # the analytic costs leave layers unfused that ORT's optimizer fuses: its output is searched again
     assert "ort-optimizer+search" in names, names
     t = report.timing
+    assert t.sessions == GUARD_SESSIONS  # each model in several sessions in turn: no session's placement decides
     fastest = min(range(1, len(names)), key=lambda i: t.latencies[i].median)
     written = report.decision.split(":")[0]
     if written != "original":  # the fastest, or a more fused one level with it, both faster than the original

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from taso_tvm.runtime.timing import (FASTER, NOT_DIFFERENT, SLOWER, compare, compare_onnx, compare_tvm, measure,
-                             median_ci, ort_session)
+from taso_tvm.runtime.timing import (FASTER, NOT_DIFFERENT, SLOWER, compare, compare_onnx, compare_onnx_models,
+                             compare_tvm, in_turn, measure, median_ci, onnx_runner, ort_session)
 
 
 class SimClock:
@@ -180,6 +180,24 @@ def test_onnx_runtime_comparison_of_two_models():
     assert [lat.name for lat in res.latencies] == ["original", "optimized"]
     sess = ort_session(_matmul_chain(1), threads=2)
     assert sess.get_session_options().intra_op_num_threads == 2
+
+
+def test_a_model_in_several_sessions_runs_each_in_turn():
+    calls = []
+    run = in_turn([lambda i=i: calls.append(i) for i in range(3)])
+    for _ in range(7):
+        run()
+    assert calls == [0, 1, 2, 0, 1, 2, 0] and run.sessions == 3
+    x = np.random.default_rng(1).standard_normal((192, 192)).astype(np.float32)
+    model = _matmul_chain(2)
+    first = ort_session(model, threads=1)
+    three = onnx_runner([first, model, model], {"x": x}, threads=1)
+    assert three.sessions == 3
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    for _ in range(4):  # every session computes the model
+        np.testing.assert_allclose(three()[0], x @ w @ w, rtol=1e-4, atol=1e-4)
+    res = compare_onnx_models([[_matmul_chain(8)] * 2, [model] * 2], {"x": x}, threads=1, time_cap=5)
+    assert res.verdict == FASTER and res.ratio < 0.6
 
 
 def test_relax_vm_comparison_of_two_executables():

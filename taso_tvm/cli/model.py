@@ -57,7 +57,8 @@ def _onnx_summary(report: Any, out: str) -> str:
     t = report.timing
     if t is not None:
         lines.append(f"{'latency (ONNX Runtime)':24s}original {t.latencies[0].median * 1e3:.3f} ms, "
-                     f"{t.rounds} rounds alternating with:")
+                     f"{t.rounds} rounds alternating" + (f" ({t.sessions} sessions each, in turn)" if t.sessions > 1
+                                                          else "") + " with:")
         for i, (lat, r) in enumerate(zip(t.latencies[1:], t.ratios), 1):  # the result and the other models timed
             dropped = f", dropped after {lat.runs} rounds: slower than the fastest" if i in t.dropped else ""
             lines.append(f"{'':24s}{lat.name} {lat.median * 1e3:.3f} ms: ratio {r.ratio:.3f} "

@@ -24,6 +24,7 @@ dropped, so a verdict "faster" is always one against it.
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import time
 from fractions import Fraction
@@ -98,6 +99,7 @@ class TimingResult:
     samples: np.ndarray = field(repr=False)  # rounds x callables, seconds
     error: float = 0.05  # the error rate of the last look's intervals
     dropped: tuple = ()  # (race) the callables dropped as slower than the leader
+    sessions: int = 1  # the sessions each model ran in, in turn (`compare_onnx_models`)
 
     def between(self, a: int, b: int) -> Ratio:
         """Callable b against callable a (any two of those compared), at the same error rate as `ratios`."""
@@ -330,6 +332,31 @@ def ort_runner(session: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[], An
     return lambda: session.run(None, own)
 
 
+def in_turn(runs: Sequence[Callable[[], Any]]) -> Callable[[], Any]:
+    """One callable running each of `runs` in turn, a call each (its `sessions`: how many). Where ONNX Runtime
+    places a session's buffers moves its runs by several % (sessions of one decoder file: medians up to 6.6 %
+    apart), so a model timed in one session is timed with its session's placement."""
+    turn = itertools.cycle(runs)
+
+    def run() -> Any:
+        return next(turn)()
+
+    run.sessions = len(runs)  # type: ignore[attr-defined]
+    return run
+
+
+def onnx_runner(entry: Any, feeds: Mapping[str, np.ndarray], threads: int = 2, spin: bool = False) \
+        -> Callable[[], Any]:
+    """A callable running `entry` (a model, its bytes or path, or a session) once; a list or tuple of them: each in
+    turn (`in_turn`), every session but the first run once here, before any is timed."""
+    if not isinstance(entry, (list, tuple)):
+        return ort_runner(ort_session(entry, threads, spin=spin), feeds)
+    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in entry]
+    for r in runs[1:]:
+        r()
+    return in_turn(runs)
+
+
 def compare_onnx(original: Any, optimized: Any, feeds: Mapping[str, np.ndarray], threads: int = 2,
                  time_cap: float = DEFAULT_TIME_CAP, names: Sequence[str] = ("original", "optimized"),
                  spin: bool = False, **kwargs: Any) -> TimingResult:
@@ -343,9 +370,12 @@ def compare_onnx(original: Any, optimized: Any, feeds: Mapping[str, np.ndarray],
 def compare_onnx_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray], threads: int = 2,
                         time_cap: float = DEFAULT_TIME_CAP, names: Optional[Sequence[str]] = None,
                         spin: bool = False, **kwargs: Any) -> TimingResult:
-    """`compare_onnx` for any number of models, each against the first (`TimingResult.between` for other pairs)."""
-    runs = [ort_runner(ort_session(m, threads, spin=spin), feeds) for m in models]
-    return compare(*runs, names=names, time_cap=time_cap, **kwargs)
+    """`compare_onnx` for any number of models, each against the first (`TimingResult.between` for other pairs); a
+    list or tuple in `models`: one model in several sessions, run in turn (`onnx_runner`)."""
+    runs = [onnx_runner(m, feeds, threads, spin) for m in models]
+    res = compare(*runs, names=names, time_cap=time_cap, **kwargs)
+    res.sessions = min(getattr(r, "sessions", 1) for r in runs)
+    return res
 
 
 def vm_runner(executable: Any, args: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]], device: Any = None,
