@@ -68,6 +68,11 @@ def test_every_rms_norm_rotary_and_attention_fused_and_equal(name, tmp_path, mon
     decode = "decode" in ENTRIES[name]["form"]
     for n in (n for n in out.graph.node if n.op_type == "Attention"):
         assert (len(n.input) == 6 and len(n.output) == 3) == decode, (n.input, n.output)
+    if decode:  # one query: the exporter's causal mask is the padding mask alone, read from attention_mask (Cast,
+        # Unsqueeze, Where) instead of its chain of positions compared and gathered
+        kinds = {n.op_type for n in out.graph.node}
+        assert not kinds & {"LessOrEqual", "IsNaN"}, kinds
+        assert all(n.input[3].startswith("taso_mask/") for n in out.graph.node if n.op_type == "Attention")
     for batch, length, seed in ((2, 16, 1), (3, 5, 2)):  # never searched at (the search binds 1 x 64 and 3 x 128)
         feeds = _feeds(model, batch, length, seed)
         want, got = run_onnx(model, feeds), run_onnx(out, feeds)

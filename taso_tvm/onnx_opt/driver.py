@@ -330,8 +330,8 @@ def _optimize(model: onnx.ModelProto, settings: Any, shapes: Optional[Mapping[st
     check_feeds = [feeds_at(model, f.binding, inputs, seed + 1) for f in prep.folded]
     if not standard_ops:
         result = fuse_embed_positions(result)[0]  # positions sliced to the run-time length
-        with phase("padding masks", into=report.phases, label="splice"):  # attention biases that are a 2-D mask
-            result = fuse_padding_masks(result, check_feeds, seed, threads)[0]
+    with phase("padding masks", into=report.phases, label="splice"):  # attention biases that are a 2-D mask
+        result = fuse_padding_masks(result, check_feeds, seed, threads)[0]
     folded_only = None  # the user's model with only the folding: what onnxsim gives, the bar a rewrite must pass
     if prep.folding_used and not report.decision:  # never behind onnxsim: binding-independent values folded
         with phase("folding", into=report.phases):

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .graph_match import GraphView, fresh_name, remove_dead
 
@@ -32,12 +32,17 @@ MS = "com.microsoft"
 # (input position of the 2-D padding mask, of the additive bias) per ONNX Runtime attention operator
 MASK_SLOTS = {"Attention": (3, 5), "MultiHeadAttention": (4, 5)}
 MASK_TYPES = (TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL)
+STANDARD_MASK_SLOT = 3  # ONNX 23's Attention: its attn_mask input (additive where it is a float tensor)
 
 
 def _bias_readers(view: GraphView) -> dict[str, list[onnx.NodeProto]]:
     """bias tensor -> the attention nodes that read it as their additive bias and have no mask input."""
     out: dict[str, list[onnx.NodeProto]] = {}
     for n in view.graph.node:
+        if n.op_type == "Attention" and n.domain in ("", "ai.onnx"):  # ONNX 23's: attn_mask, then past key, value
+            if len(n.input) > STANDARD_MASK_SLOT and n.input[STANDARD_MASK_SLOT]:
+                out.setdefault(n.input[STANDARD_MASK_SLOT], []).append(n)
+            continue
         slots = MASK_SLOTS.get(n.op_type) if n.domain == MS else None
         if slots is None or len(n.input) <= slots[1] or not n.input[slots[1]]:
             continue
@@ -118,8 +123,9 @@ def _probe(model: onnx.ModelProto, view: GraphView, name: str) -> onnx.ModelProt
 
 
 def _identify(model: onnx.ModelProto, view: GraphView, bias: str, feeds: Sequence[dict], seed: int,
-              threads: int) -> Optional[tuple[str, float, list]]:
-    """(mask input, c, the chain's nodes) where `bias` is a padding mask of one graph input at every binding."""
+              threads: int) -> Optional[tuple[str, float, list, np.dtype]]:
+    """(mask input, c, the chain's nodes, the bias's dtype) where `bias` is a padding mask of one graph input at
+    every binding."""
     from ..runtime.check import CheckError, CheckFailed, run_session, session
 
     sources, chain, _ = _ancestors(view, bias, by_value=True)
@@ -130,22 +136,51 @@ def _identify(model: onnx.ModelProto, view: GraphView, bias: str, feeds: Sequenc
         return None
     probe = _probe(model, view, bias)
     rng = np.random.default_rng(seed)
-    c = None
+    c = dtype = None
     try:
         sess = session(probe, threads, "the attention mask's chain")
         names = {vi.name for vi in probe.graph.input}
         for f in feeds:
             f = {k: v for k, v in f.items() if k in names}
             for m in _test_masks(f[mask].shape, f[mask].dtype, rng):
-                got = run_session(sess, dict(f, **{mask: m}), "the attention mask's chain")
-                v = _filter_value(np.asarray(next(iter(got.values()))), m)
+                got = np.asarray(next(iter(run_session(sess, dict(f, **{mask: m}),
+                                                       "the attention mask's chain").values())))
+                if not np.issubdtype(got.dtype, np.floating):  # a boolean attn_mask: not an additive bias
+                    return None
+                dtype = got.dtype
+                v = _filter_value(got, m)
                 if v is None or (c is not None and v != c and v != 0.0):
                     return None
                 c = v if v != 0.0 else c
     except (CheckError, CheckFailed) as e:
         log.info("attention bias %s not evaluated (%s): kept", bias, e)
         return None
-    return (mask, c, chain) if c is not None else None
+    return (mask, c, chain, dtype) if c is not None else None
+
+
+def _standard_bias(g: onnx.GraphProto, view: GraphView, mask: str, c: float, dtype: np.dtype, made: dict) -> str:
+    """The bias where(mask != 0, 0, c) of `dtype` as [B, 1, 1, S] from the 2-D mask (at most three nodes, at the
+    graph's start; one per (mask, c, dtype), kept in `made`): what ONNX 23's Attention adds for every query and
+    head."""
+    key = (mask, c, np.dtype(dtype).str)
+    if key not in made:
+        base = f"taso_mask/{mask}_"
+        bits = mask
+        nodes = []
+        if view.input_elem(mask) != TensorProto.BOOL:
+            bits = fresh_name(g, base + "bool_")
+            nodes.append(helper.make_node("Cast", [mask], [bits], name=bits, to=TensorProto.BOOL))
+        axes, zero, fill = (fresh_name(g, base + k) for k in ("axes_", "zero_", "fill_"))
+        g.initializer.extend([numpy_helper.from_array(np.array([1, 2], np.int64), axes),
+                              numpy_helper.from_array(np.zeros((), dtype), zero),
+                              numpy_helper.from_array(np.array(c, dtype), fill)])
+        wide = fresh_name(g, base + "bits4d_")
+        made[key] = fresh_name(g, base + "bias_")
+        nodes += [helper.make_node("Unsqueeze", [bits, axes], [wide], name=wide),
+                  helper.make_node("Where", [wide, zero, fill], [made[key]], name=made[key])]
+        for i, n in enumerate(nodes):
+            g.node.insert(i, n)
+    return made[key]
 
 
 def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int = 0,
@@ -166,17 +201,24 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
     out.CopyFrom(model)
     g = out.graph
     casts: dict[str, str] = {}
+    biases: dict[tuple, str] = {}
     chains, changed = [], 0
-    for bias, outs, (mask, c, chain) in found:
+    for bias, outs, (mask, c, chain, dtype) in found:
         if mask not in casts:  # nonzero -> 1 (ONNX Runtime keeps a position whose mask is > 0, the bias any != 0)
             casts[mask] = fresh_name(g, f"taso_mask/{mask}_int32_")
             bits = mask
             if view.input_elem(mask) != TensorProto.BOOL:
                 bits = fresh_name(g, f"taso_mask/{mask}_bool_")
                 g.node.insert(0, helper.make_node("Cast", [mask], [bits], name=bits, to=TensorProto.BOOL))
+                chains.append(g.node[0])  # (removed again where only ONNX 23's Attention nodes read the mask)
             g.node.insert(1 if bits != mask else 0, helper.make_node("Cast", [bits], [casts[mask]], name=casts[mask],
                                                                      to=TensorProto.INT32))
+            chains.append(g.node[1 if bits != mask else 0])
         for n in g.node:
+            if n.op_type == "Attention" and n.domain in ("", "ai.onnx") and n.output[0] in outs:
+                n.input[STANDARD_MASK_SLOT] = _standard_bias(g, view, mask, c, dtype, biases)
+                changed += 1
+                continue
             if n.domain != MS or n.op_type not in MASK_SLOTS or n.output[0] not in outs:
                 continue
             m_slot, b_slot = MASK_SLOTS[n.op_type]
@@ -191,7 +233,7 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
                     n.attribute.remove(a)
             n.attribute.append(helper.make_attribute("mask_filter_value", c))
             changed += 1
-        chains += chain
+        chains += chain + _ancestors(view, bias, by_value=False)[1]  # and the shapes only it read
     remove_dead(g, chains)
     log.info("%d attention node(s) read their padding mask as a 2-D mask (the bias chain removed)", changed)
     return out, changed
