@@ -14,6 +14,11 @@ values other than 0 and 1) at every binding the model is checked at. The node th
 as an int32 2-D mask with `mask_filter_value` c, which ONNX Runtime adds where the mask is 0 (the same sum as the bias; equal
 to the bit on fully masked rows too), and the chain, when nothing else reads it, is removed. The result is checked
 against the user's model like every rewrite.
+
+ONNX 23's Attention (the grouped attention of decoders) has no 2-D mask input: it reads the padding mask as the
+bias where(mask != 0, 0, c) of shape [B, 1, 1, Skv] made from the mask by three nodes (Cast, Unsqueeze, Where). A
+decode step's causal mask is such a bias (one query sees every cached position), so its chain goes; a prefill's is
+not (the test masks tell).
 """
 from __future__ import annotations
 
