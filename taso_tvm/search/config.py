@@ -36,8 +36,9 @@ class SearchConfig:
     searched region by region; `max_ops_ratio`: candidates may grow to this many times the start's operators
     (plus `MAX_OPS_SLACK`); `descent_steps`: after the budget, improving rewrites taken one at a time from the best
     graph, at most this many (0: none); `normalize_steps`: rewrites by the rules of family `normalize` before the
-    search, at most this many; `fuse_steps`: then rewrites into the runtime's fused operators (families
-    `attention`, `layernorm`, `gelu`), each the one that lowers the cost most, while one does, at most this many
+    search, at most this many; `fuse_steps`: then rewrites into the runtime's fused operators and the packing of
+    products of one input (families `attention`, `layernorm`, `gelu`, `packing`: `search.backtrack.FUSING_FAMILIES`),
+    each the one that lowers the cost most, while one does, at most this many
     (0: none), so that every layer a verified rule can fuse is fused whatever the budget; `method`: `backtrack` (TASO's search, the settings above), `egraph` (equality
     saturation and extraction, `search.egraph`, whose limits are `egraph`, an `EGraphConfig`; None: its
     defaults) or `both` (each, keeping the graph the cost model prefers)."""
