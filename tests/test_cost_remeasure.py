@@ -65,3 +65,13 @@ def test_a_busy_moments_measurement_in_the_cache_is_measured_again_before_it_dro
     assert _fused(search(remeasure=False)) == 0  # the poisoned cost decides: the original kept
     assert _fused(search(remeasure=True)) == BLOCKS
     assert min(_cached(cache, "skip_rmsnorm%")) < busy  # the fresh measurement of the kernel run replaced it
+
+
+def test_timings_imported_from_another_device_are_not_measured_again_here():
+    """Costs imported from a GPU machine (`CostConfig.device`) are that device's: nothing here can measure them."""
+    with CostModel(load_cost_config(backend="ort", cache="", device="cuda:elsewhere:sm_90")) as cm:
+        S = NodeStore()
+        x = S.input("x", TensorType((1, 1, 256)))
+        other = TensorGraph(S, [S.add("add", [x, x])[0]])  # kernels the norms' graph has not: they would differ
+        assert cm.remeasure([_residual_norms(), other]) == 0
+        assert cm.backend.counters.measurements == 0

@@ -170,7 +170,10 @@ class CostModel:
     def remeasure(self, graphs: Sequence[TensorGraph]) -> int:
         """Measure again, in one batch, the kernels that some of `graphs` run and others do not (those that decide
         between them), replacing what memory and the persistent cache held: a kernel measured while the machine was
-        busy would otherwise decide every later run the same way. Returns how many were measured."""
+        busy would otherwise decide every later run the same way. Returns how many were measured: none where the
+        costs are timings imported from another device (`CostConfig.device`), which this machine cannot measure."""
+        if self.config.device:
+            return 0
         sets = [{k.sig for k in self.kernels(g)} for g in graphs]
         differing = sorted(set().union(*sets) - set.intersection(*sets), key=lambda s: s.key)
         if not differing:
