@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -44,17 +44,12 @@ def epochs(files: list, feeds: list, names: list, count: int, rounds: int, seed:
     rnd, times = random.Random(seed), np.zeros((len(files), count, rounds))
     for e in range(count):
         order = list(range(len(files)))
-        rnd.shuffle(order)
-        runs = {i: ort_runner(ort_session(files[i], threads=2, spin=False), feeds[i]) for i in order}
-        for i in order:
-            runs[i]()  # its first run (buffers allocated) untimed
-        for r in range(rounds):
-            rnd.shuffle(order)
-            for i in order:
-                t0 = time.perf_counter()
-                runs[i]()
-                times[i, e, r] = time.perf_counter() - t0
-        del runs
+        rnd.shuffle(order)  # the sessions made in a random order
+        made = {i: ort_runner(ort_session(files[i], threads=2, spin=False), feeds[i]) for i in order}
+        res = compare(*[made[i] for i in range(len(files))], time_cap=math.inf, min_rounds=rounds, max_rounds=rounds,
+                      seed=seed + e)
+        times[:, e, :] = res.samples.T
+        del made, res
         gc.collect()
     boot = np.random.default_rng(seed)
     picks = [(boot.integers(0, count, count), boot.integers(0, rounds, (count, rounds))) for _ in range(2000)]

@@ -163,29 +163,53 @@ def _identify(model: onnx.ModelProto, view: GraphView, bias: str, feeds: Sequenc
     return (mask, c, chain, dtype) if c is not None else None
 
 
-def _standard_bias(g: onnx.GraphProto, view: GraphView, mask: str, c: float, dtype: np.dtype, made: dict) -> str:
-    """The bias where(mask != 0, 0, c) of `dtype` as [B, 1, 1, S] from the 2-D mask (at most three nodes, at the
-    graph's start; one per (mask, c, dtype), kept in `made`): what ONNX 23's Attention adds for every query and
-    head."""
-    key = (mask, c, np.dtype(dtype).str)
-    if key not in made:
-        base = f"taso_mask/{mask}_"
-        bits = mask
-        nodes = []
-        if view.input_elem(mask) != TensorProto.BOOL:
-            bits = fresh_name(g, base + "bool_")
-            nodes.append(helper.make_node("Cast", [mask], [bits], name=bits, to=TensorProto.BOOL))
-        axes, zero, fill = (fresh_name(g, base + k) for k in ("axes_", "zero_", "fill_"))
-        g.initializer.extend([numpy_helper.from_array(np.array([1, 2], np.int64), axes),
-                              numpy_helper.from_array(np.zeros((), dtype), zero),
-                              numpy_helper.from_array(np.array(c, dtype), fill)])
-        wide = fresh_name(g, base + "bits4d_")
-        made[key] = fresh_name(g, base + "bias_")
-        nodes += [helper.make_node("Unsqueeze", [bits, axes], [wide], name=wide),
-                  helper.make_node("Where", [wide, zero, fill], [made[key]], name=made[key])]
-        for i, n in enumerate(nodes):
-            g.node.insert(i, n)
-    return made[key]
+class _MaskForms:
+    """The forms of a 2-D mask the attention nodes read, each made once and written at the graph's start in the
+    order made (a later one may read an earlier one)."""
+
+    def __init__(self, g: onnx.GraphProto, view: GraphView):
+        self.g, self.view, self.made, self.count = g, view, {}, 0
+
+    def _add(self, op: str, inputs: list, base: str, **attrs) -> str:
+        out = fresh_name(self.g, base)
+        self.g.node.insert(self.count, helper.make_node(op, inputs, [out], name=out, **attrs))
+        self.count += 1
+        return out
+
+    def _const(self, value: np.ndarray, base: str) -> str:
+        name = fresh_name(self.g, base)
+        self.g.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    def bits(self, mask: str) -> str:
+        """The mask as booleans, nonzero -> true (ONNX Runtime keeps a position whose mask is > 0, the bias any
+        nonzero one)."""
+        if self.view.input_elem(mask) == TensorProto.BOOL:
+            return mask
+        key = ("bool", mask)
+        if key not in self.made:
+            self.made[key] = self._add("Cast", [mask], f"taso_mask/{mask}_bool_", to=TensorProto.BOOL)
+        return self.made[key]
+
+    def int32(self, mask: str) -> str:
+        """The mask as ONNX Runtime's attention operators read it: 0 or 1, int32."""
+        key = ("int32", mask)
+        if key not in self.made:
+            self.made[key] = self._add("Cast", [self.bits(mask)], f"taso_mask/{mask}_int32_", to=TensorProto.INT32)
+        return self.made[key]
+
+    def bias(self, mask: str, c: float, dtype: np.dtype) -> str:
+        """where(mask != 0, 0, c) of `dtype` as [B, 1, 1, S]: what ONNX 23's Attention adds for every query and
+        head."""
+        key = ("bias", mask, c, np.dtype(dtype).str)
+        if key not in self.made:
+            base = f"taso_mask/{mask}_"
+            axes = self._const(np.array([1, 2], np.int64), base + "axes_")
+            zero = self._const(np.zeros((), dtype), base + "zero_")
+            fill = self._const(np.array(c, dtype), base + "fill_")
+            wide = self._add("Unsqueeze", [self.bits(mask), axes], base + "bits4d_")
+            self.made[key] = self._add("Where", [wide, zero, fill], base + "bias_")
+        return self.made[key]
 
 
 def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int = 0,
@@ -205,30 +229,19 @@ def fuse_padding_masks(model: onnx.ModelProto, feeds: Sequence[dict], seed: int 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    casts: dict[str, str] = {}
-    biases: dict[tuple, str] = {}
+    forms = _MaskForms(g, view)
     chains, changed = [], 0
     for bias, outs, (mask, c, chain, dtype) in found:
-        if mask not in casts:  # nonzero -> 1 (ONNX Runtime keeps a position whose mask is > 0, the bias any != 0)
-            casts[mask] = fresh_name(g, f"taso_mask/{mask}_int32_")
-            bits = mask
-            if view.input_elem(mask) != TensorProto.BOOL:
-                bits = fresh_name(g, f"taso_mask/{mask}_bool_")
-                g.node.insert(0, helper.make_node("Cast", [mask], [bits], name=bits, to=TensorProto.BOOL))
-                chains.append(g.node[0])  # (removed again where only ONNX 23's Attention nodes read the mask)
-            g.node.insert(1 if bits != mask else 0, helper.make_node("Cast", [bits], [casts[mask]], name=casts[mask],
-                                                                     to=TensorProto.INT32))
-            chains.append(g.node[1 if bits != mask else 0])
-        for n in g.node:
+        for n in list(g.node):  # (the mask's forms are inserted at the start meanwhile)
             if n.op_type == "Attention" and n.domain in ("", "ai.onnx") and n.output[0] in outs:
-                n.input[STANDARD_MASK_SLOT] = _standard_bias(g, view, mask, c, dtype, biases)
+                n.input[STANDARD_MASK_SLOT] = forms.bias(mask, c, dtype)
                 changed += 1
                 continue
             if n.domain != MS or n.op_type not in MASK_SLOTS or n.output[0] not in outs:
                 continue
             m_slot, b_slot = MASK_SLOTS[n.op_type]
             ins = list(n.input) + [""] * max(0, m_slot + 1 - len(n.input))
-            ins[m_slot], ins[b_slot] = casts[mask], ""
+            ins[m_slot], ins[b_slot] = forms.int32(mask), ""
             while ins and not ins[-1]:
                 ins.pop()
             del n.input[:]

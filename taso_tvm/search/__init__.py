@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 from ..graph import TensorGraph
 from .backtrack import (NOISE_BAND, CostFn, RemeasureFn, RuleSource, SearchStats, SettleFn, backtracking_search,
-                        normalize)
+                        normalize, remeasured)
 from .config import METHODS, SearchConfig
 from .regions import search_by_regions
 from .stop import StopReason
@@ -83,13 +83,9 @@ def _backtrack(graph: TensorGraph, rules: RuleSource, cost: CostFn, cfg: SearchC
     # regions are costed alone; never hand back a graph the model says is worse (beyond the noise, where a region's
     # graph was chosen by measuring candidates whole)
     band = NOISE_BAND if settle is not None else 0.0
-    if best_cost > start_cost * (1 + band) and remeasure is not None and best is not graph \
-            and remeasure([graph, best]):
-        # the kernels that decide it measured again: a measurement the persistent cache kept from a busy moment
-        # must not keep every later run from a rewrite its regions chose
-        start_cost, best_cost = cost(graph), cost(best)
+    if best_cost > start_cost * (1 + band):
+        start_cost, best_cost = remeasured(remeasure, cost, graph, best, start_cost, best_cost)
         total.cost_before = start_cost
-        log.info("splice check remeasured: %.4g -> %.4g", start_cost, best_cost)
     if best_cost > start_cost * (1 + band):
         log.warning("region splice raised the cost (%.4g > %.4g): keeping the original graph", best_cost, start_cost)
         best, best_cost = graph, start_cost

@@ -152,11 +152,9 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
         best, best_cost, best_path = _settle(settle, ref, best, best_cost, best_path, leaders)
     # the normal form led nowhere cheaper (within the band too: a rewrite the model says costs more is not kept for
     # having fewer operators)
-    if not _better(best_cost, best, start_cost, graph) and remeasure is not None and best is not graph \
-            and remeasure([graph, best]):
-        start_cost, best_cost = cost(graph), cost(best)
+    if not _better(best_cost, best, start_cost, graph):
+        start_cost, best_cost = remeasured(remeasure, cost, graph, best, start_cost, best_cost)
         stats.cost_before = start_cost
-        log.info("remeasured: %.4g -> %.4g", start_cost, best_cost)
     if not _better(best_cost, best, start_cost, graph):
         best, best_cost, best_path = graph, start_cost, ()
     stats.cost_after = best_cost
@@ -164,6 +162,18 @@ def backtracking_search(graph: TensorGraph, rules: RuleSource, cost: CostFn, con
     stats.rules_applied = Counter(best_path)
     stats.seconds = time.monotonic() - t0
     return best, stats
+
+
+def remeasured(remeasure: Optional[RemeasureFn], cost: CostFn, graph: TensorGraph, best: TensorGraph,
+               graph_cost: float, best_cost: float) -> tuple[float, float]:
+    """The costs of `graph` and of `best`, the graph found instead, after `remeasure` measured afresh the kernels
+    that differ between them (a measurement the persistent cache kept from a busy moment must not drop what the
+    search found); the costs given where there is no `remeasure` or nothing to measure."""
+    if remeasure is None or best is graph or not remeasure([graph, best]):
+        return graph_cost, best_cost
+    graph_cost, best_cost = cost(graph), cost(best)
+    log.info("remeasured: %.4g -> %.4g", graph_cost, best_cost)
+    return graph_cost, best_cost
 
 
 def _lead(leaders: list, entry: tuple) -> None:
