@@ -27,6 +27,7 @@ PLACEHOLDER = "__region_in"
 MIN_PERIOD = 4  # operators: a shorter repeat (an alternating chain) is not a layer
 PERIOD_SHARE = 0.6  # a period must match at least this share of the operators it can compare
 SMALL_CONSTANT = 64  # elements: constants up to this size are part of a region's identity (rules and costs read them)
+WHOLE_REGIONS = 2  # a graph that does not repeat and that at most this many runs would cut is searched whole
 
 
 def _region_graph(graph: TensorGraph, members: set, context: frozenset = frozenset()
@@ -211,10 +212,11 @@ def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
 
 
 def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
-    """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0). A repeating graph
-    (`period`, in the graph's topological order, else in `run_order`) is cut at whole periods instead: runs of as
-    many periods as fit in `size`, cut where the fewest tensors cross within the first period (`_narrowest_cut`:
-    between layers; `offset` > 0: shifted by half a run)."""
+    """Consecutive runs of `size` operators (the first run `offset` shorter when offset > 0); one run, the whole
+    graph, where at most WHOLE_REGIONS would cut it. A repeating graph (`period`, in the graph's topological order,
+    else in `run_order`) is cut at whole periods instead: runs of as many periods as fit in `size`, cut where the
+    fewest tensors cross within the first period (`_narrowest_cut`: between layers; `offset` > 0: shifted by half
+    a run)."""
     weights = graph.weight_only_ids()
     for ordered in (False, True):
         ops, keys = _op_keys(graph, ordered)
@@ -225,9 +227,9 @@ def regions(graph: TensorGraph, size: int, offset: int = 0) -> list[set]:
             phase = (_narrowest_cut(graph, [ops[i] for i in live], start, p) + (run // 2 if offset else 0)) % run
             cuts = [live[c] for c in range(phase, len(live), run) if c > 0]
             break
-    else:
-        ops, _ = _op_keys(graph)
-        cuts = list(range(offset if offset else size, len(ops), size))
+    else:  # no layers: a graph of a few runs' size (one decoder layer) is one run, for its cuts would part
+        ops, _ = _op_keys(graph)  # patterns no run then holds whole (its q and k projections from their rotary)
+        cuts = [] if len(ops) <= WHOLE_REGIONS * size else list(range(offset if offset else size, len(ops), size))
     bounds = [0] + cuts + [len(ops)]
     return [set(ops[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
 
@@ -303,17 +305,18 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
 
     Regions of one pass are disjoint, so each is searched against the same graph and all their rewrites are
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
-    Small graphs are searched whole. A region with the `shape_key` of one searched before takes its result
+    Small graphs are searched whole, and so are those that do not repeat and that at most WHOLE_REGIONS regions
+    would cut. A region with the `shape_key` of one searched before takes its result
     (`replay`). Returns the graph and the per-region statistics.
     """
     from ..progress import Progress
 
-    if graph.num_ops <= size:
+    first = regions(graph, size, 0) if graph.num_ops > size else []
+    if len(first) <= 1:  # small, or a graph that does not repeat and is cut whole (`regions`)
         best, stats = search_one(graph)
         return best, [stats]
     all_stats = []
     done: dict = {}  # shape_key -> (the region searched, its best graph, its statistics)
-    first = regions(graph, size, 0)
     bar = Progress(2 * len(first), "searching", unit="regions")
     bar.__enter__()
     for offset in (0, size // 2):
