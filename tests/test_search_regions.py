@@ -206,3 +206,33 @@ def test_layers_reading_a_table_computed_inside_the_first_are_cut_whole():
     assert period(keys, 4) == (0, 0)  # the graph's own order: relu tanh mul add sigmoid relu mul add sigmoid
     parts = regions(g, 4)
     assert layers[0] in parts and layers[1] in parts, parts
+
+
+def _distinct(n: int, seed: int = 0) -> TensorGraph:
+    """A chain of n operators drawn at random from six kinds: no repeat (`period`) to cut it at."""
+    S = NodeStore()
+    x = S.input("x", TensorType((2, 3)))
+    for op in np.random.default_rng(seed).choice(["exp", "erf", "neg", "tanh", "relu", "sigmoid"], n):
+        x = S.add(str(op), [x])[0]
+    return TensorGraph(S, [x])
+
+
+def test_a_graph_that_does_not_repeat_is_searched_whole_up_to_two_regions():
+    """One decoder layer (Cohere's, Mistral's one-layer exports) has no period; cut at a region's size, the cut
+    parts its query's projection and rotary from its key's, and the region holding one half rewrites it into a form
+    the other half's rules no longer match. Up to two regions' size it is one run; beyond, cut by size."""
+    for n, whole in ((9, True), (16, True), (17, False)):
+        g = _distinct(n)
+        assert period([op.op for op in g.ops()], 8) == (0, 0)
+        seen: list = []
+
+        def search_one(sub):
+            seen.append(sub.num_ops)
+            return sub, _Stats()
+
+        parts = regions(g, 8)
+        search_by_regions(g, search_one, 8)
+        if whole:
+            assert parts == [{op.id for op in g.ops()}] and seen == [n]
+        else:
+            assert [len(p) for p in parts] == [8, 8, 1] and seen[:3] == [8, 8, 1], seen

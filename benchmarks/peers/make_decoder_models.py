@@ -80,7 +80,8 @@ vocabulary cut helps much), held three times (the torch exports' weights files, 
 `--drop-checkpoints` deletes each checkpoint once its genai build is checked (10 GB).
 
 `--set tiny --out tests/data/decoders`: the same names suffixed `_tiny` with weights inline, for the tests: hidden
-64, 4 heads, 2 kv heads (phi3 4, gemma 1), head_dim 16, intermediate 128, 2 layers, vocab 256, 256 positions, each
+64, 4 heads, 2 kv heads (phi3 4, gemma 1), head_dim 16, intermediate 128, 2 layers (1 where the family's has 1: mistral,
+cohere, whose one layer the search takes whole), vocab 256, 256 positions, each
 family's other settings kept (370 to 490 KB a file, about a minute); and `llama_genai_tiny.onnx`, the genai
 builder's graph of the tiny llama with its weights inline (its checkpoint goes to a temporary folder). Only llama's:
 at these sizes phi3's gate_up_proj has vocab_size outputs (2 x 128 = 256), and the builder, which takes any Linear
@@ -176,7 +177,8 @@ class Spec(NamedTuple):
 def _config(family: str, tiny: bool) -> dict:
     cfg = dict(FAMILIES[family][2])
     if tiny:
-        cfg.update(TINY, num_key_value_heads=TINY_KV_HEADS.get(family, TINY["num_key_value_heads"]))
+        cfg.update(TINY, num_key_value_heads=TINY_KV_HEADS.get(family, TINY["num_key_value_heads"]),
+                   num_hidden_layers=min(TINY["num_hidden_layers"], cfg["num_hidden_layers"]))
         if family in TINY_ROTARY_DIM:
             cfg["rotary_dim"] = TINY_ROTARY_DIM[family]
         if family == "phi3":

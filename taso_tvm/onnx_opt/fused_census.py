@@ -2,10 +2,11 @@
 there are (the summary's `fused` line: a model is only as fused as its least lucky layer).
 
 Counted on the model as written: a kind's fused operators, and its instances left unfused, taken as the operators
-that remain of it: a Softmax for an attention, a LayerNormalization (or a layer norm in pieces: two ReduceMeans) for
-a layer norm, an Erf for a GELU. A layer norm counts as fused when ONNX Runtime's optimizer fuses it too: with its
-residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization). RMS norms (decoders) count as layer
-norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as SimplifiedLayerNormalization or ONNX 23's
+that remain of it: a Softmax for an attention, a LayerNormalization of a sum (or a layer norm in pieces: two
+ReduceMeans) for a layer norm, an Erf for a GELU. A layer norm of a sum counts as fused when ONNX Runtime's optimizer
+fuses it too: with its residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization); one of a
+value no Add computes (a decoder's first, on the token embeddings alone) is as fused as it can be, one operator.
+RMS norms (decoders) count as layer norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as SimplifiedLayerNormalization or ONNX 23's
 RMSNormalization, or written in the pieces ONNX Runtime fuses into SimplifiedLayerNormalization when it loads the
 model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's Reciprocal of the Sqrt) they are left unfused.
 Rotary embeddings: RotaryEmbedding, or inside a GroupQueryAttention (query and key); left: transformers' rotate_half
@@ -34,18 +35,26 @@ def fused_census(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """{kind: (fused, of how many)} for the kinds the model has (its top-level graph)."""
     ops = Counter(n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx", MS_DOMAIN))
     ln_pieces, rms_at_load, rms_left = _norms_in_pieces(model.graph)
-    left = {"attention": ops["Softmax"], "layer norm": ops["LayerNormalization"] + ln_pieces + rms_left,
+    alone = _norms_of_no_sum(model.graph)
+    left = {"attention": ops["Softmax"], "layer norm": ops["LayerNormalization"] - alone + ln_pieces + rms_left,
             "GELU": ops["Erf"], "rotary": _rotate_halves(model.graph)}
     out = {}
     for kind, names in FUSED.items():
         done = sum(ops[name] for name in names)  # standard ONNX's Attention (23) and Gelu (20) count too
-        done += rms_at_load if kind == "layer norm" else 0
+        done += rms_at_load + alone if kind == "layer norm" else 0
         if kind == "rotary":  # GroupQueryAttention with do_rotary rotates the query and the key inside
             done += 2 * sum(1 for n in model.graph.node if n.op_type == "GroupQueryAttention"
                             and any(a.name == "do_rotary" and a.i for a in n.attribute))
         if done + left[kind]:
             out[kind] = (done, done + left[kind])
     return out
+
+
+def _norms_of_no_sum(graph: onnx.GraphProto) -> int:
+    """LayerNormalization nodes whose input no Add computes: nothing to fuse them with (Skip or Embed forms)."""
+    adds = {o for n in graph.node if n.op_type == "Add" for o in n.output}
+    return sum(1 for n in graph.node if n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx")
+               and n.input[0] not in adds)
 
 
 def _norms_in_pieces(graph: onnx.GraphProto) -> tuple[int, int, int]:
