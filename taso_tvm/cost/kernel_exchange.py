@@ -42,6 +42,7 @@ KERNELS_DIR = "kernels"
 RUNTIME_DIR = "runtime"
 KERNELS_FORMAT = "taso-tvm-kernels/1"
 TIMINGS_FORMAT = "taso-tvm-kernel-timings/1"
+EXPORTED_DEVICE = "exported"  # the device of an export's scope until its timings name theirs (`import_timings`)
 
 
 class KernelExchangeError(CostError):
@@ -69,6 +70,8 @@ class RecordingBackend(Backend):
     analytic model (never cached) and records it as a kernel to export."""
 
     name = "tvm"
+    noisy = True  # as the TVM backend: the search measures near-equal graphs whole (`CostModel.settle`), and
+    # those whole units are kernels to export too
 
     def __init__(self, config: CostConfig):
         super().__init__(config)
@@ -131,7 +134,9 @@ def export_kernels(sigs: Iterable[KernelSig], cfg: CostConfig, folder: Path, run
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / KERNELS_DIR).mkdir(parents=True)
-    backend = TvmBackend(cfg)
+    # the scope names the statistic of the device's timings (the timer's: the fastest repeat), the one a search
+    # with `device` set reads, not this machine's own (on llvm: a quantile of single runs)
+    backend = TvmBackend(dataclasses.replace(cfg, device=cfg.device or EXPORTED_DEVICE))
     try:
         scope, target, host = backend.scope(), dict(backend.target), backend.host
         bound = weights_bound(tvm.target.Target(target))  # llvm kernels hold their weights as constants
