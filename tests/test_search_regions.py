@@ -236,3 +236,23 @@ def test_a_graph_that_does_not_repeat_is_searched_whole_up_to_two_regions():
             assert parts == [{op.id for op in g.ops()}] and seen == [n]
         else:
             assert [len(p) for p in parts] == [8, 8, 1] and seen[:3] == [8, 8, 1], seen
+
+
+def test_a_replay_reads_a_weight_both_regions_share_where_the_copy_reads_it():
+    """Two adjacent regions may share a leaf that each reads at another place (here W2: the first region's second
+    weight, the second region's first). The replay substitutes every leaf at once: a chain (W1 -> W2 -> W3) would
+    make the copy read W3 twice."""
+    from taso_tvm.search.regions import replay, shape_key
+
+    S = NodeStore()
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (S.weight(rng.standard_normal((9, 9)).astype(np.float32)) for _ in range(3))  # over SMALL_CONSTANT
+    x, y = S.input("x", TensorType((2, 9))), S.input("y", TensorType((2, 9)))
+    like = TensorGraph(S, [S.add("matmul", [S.add("matmul", [x, w1])[0], w2])[0]])
+    sub = TensorGraph(S, [S.add("matmul", [S.add("matmul", [y, w2])[0], w3])[0]])
+    assert shape_key(like) == shape_key(sub)
+    best = TensorGraph(S, [S.add("matmul", [x, S.add("matmul", [w1, w2])[0]])[0]])  # the product folded first
+    feeds = {"x": rng.standard_normal((2, 9)).astype(np.float32), "y": rng.standard_normal((2, 9)).astype(np.float32)}
+    got, = replay(sub, like, best).evaluate(feeds)
+    want, = sub.evaluate(feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

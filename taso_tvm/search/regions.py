@@ -284,6 +284,12 @@ def replay(sub: TensorGraph, like: TensorGraph, best: TensorGraph) -> TensorGrap
     if best == like:
         return sub
     mapping = {a: b for a, b in zip(_canonical(like)[1], _canonical(sub)[1]) if a != b}
+    if any(b in mapping for b in mapping.values()):
+        # a leaf of both graphs read at another place in each (a weight two adjacent layers' regions share): the
+        # substitution is simultaneous, not a chain (`replace` follows chains, which would read a third leaf)
+        store = best.store
+        via = {a: store.input(store.fresh_key(f"{PLACEHOLDER}replay"), store.type(a)) for a in mapping}
+        best, mapping = best.replace(via), {via[a]: b for a, b in mapping.items()}
     return best.replace(mapping) if mapping else best
 
 
