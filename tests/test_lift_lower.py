@@ -178,3 +178,25 @@ def test_adding_a_zero_constant_lifts_as_its_other_operand(zero_shape, op, left,
     mod = tvm.IRModule({"main": func})
     feed = _w(2, 4)
     assert_close(tvm_run(rewrite_module(mod), [feed]), tvm_run(mod, [feed]))
+
+
+@pytest.mark.parametrize("dtype, removed", [("float32", True), ("float16", False)])
+def test_a_cast_to_the_dtype_it_has_lifts_as_its_operand(dtype, removed):
+    """torch's TorchScript exporter casts each RMS norm's input and output to float32 in a float32 model: such a cast
+    lifts as its operand (no opaque node between the norm's pieces); a cast that changes the dtype stays opaque."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = bb.emit(relax.op.multiply(x, relax.const(_w(4))))
+            c = bb.emit(relax.op.astype(m, dtype))
+            y = bb.emit_output(relax.op.astype(relax.op.nn.relu(c), "float32") if dtype != "float32"
+                               else relax.op.nn.relu(c))
+        bb.emit_func_output(y)
+    func = bb.get()["main"]
+    (block,) = lift_function(func)
+    ops = [n.op for n in block.graph.ops()]
+    assert (ops == ["mul", "relu"]) == removed and ("opaque" in ops) != removed, ops
+    mod = tvm.IRModule({"main": func})
+    feed = _w(2, 4)
+    assert_close(tvm_run(rewrite_module(mod), [feed]), tvm_run(mod, [feed]))

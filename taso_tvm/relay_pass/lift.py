@@ -4,8 +4,10 @@ Every binding whose operator the registry knows becomes a node; anything else (a
 symbolic shapes, a tuple the registry cannot see through) becomes an *opaque* node that keeps the original
 expression, so lowering can put it back unchanged: nothing is ever dropped.
 
-Two identities are applied while lifting. As TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
-constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0). And a take of
+Three identities are applied while lifting. As TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
+constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0); a cast to the
+dtype its operand has is that operand (torch's TorchScript exporter casts every RMS norm's input and output to
+float32 in a float32 model). And a take of
 indices in the ONNX frontend's negative-index form (`gather_form`) is the registry's take (ONNX's Gather) of the
 raw indices, so that an embedding lookup reads the model's ids.
 """
@@ -125,6 +127,12 @@ class _Lifter:
     # ------------------------------------------------------------------ bindings
     def _lift_call(self, var: relax.Var, call: relax.Call) -> bool:
         op = getattr(call.op, "name", None)
+        if op == "relax.astype" and len(call.args) == 1:
+            same = self._operand(call.args[0])
+            if same is None or self.store.type(same).dtype != str(call.attrs.dtype):
+                return False
+            self.env[var] = same
+            return True
         opdef = RELAX_TO_OP.get(op) if isinstance(op, str) else None
         if opdef is None or opdef.lift is None:
             return False
