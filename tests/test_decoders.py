@@ -146,3 +146,34 @@ def test_a_rotary_table_gathered_from_a_cache_kept_as_a_weight_fuses(tmp_path, m
         want, got = run_onnx(model, feeds), run_onnx(out, feeds)
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def _optimum_feeds(model: onnx.ModelProto, batch: int, past: int, step: int, seed: int) -> dict:
+    """optimum's inputs for `step` tokens after `past` cached ones, the first row left-padded by three: its positions
+    count its unpadded tokens only (as generation computes them), so each row has its own."""
+    feeds = random_feeds(model, dims={"batch_size": batch, "past_sequence_length": past, "sequence_length": step},
+                         seed=seed)
+    mask = np.ones((batch, past + step), np.int64)
+    mask[0, :3] = 0
+    feeds["attention_mask"] = mask
+    feeds["position_ids"] = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:]
+    return feeds
+
+
+def test_optimum_export_fuses_every_norm_and_rotary(tmp_path, monkeypatch):
+    """Hugging Face optimum's `text-generation-with-past` export (TorchScript; `make_optimum_models.py`): its RMS
+    norms cast to float32 and back, its rotary tables scaled by 1 and computed per batch row from position_ids, each
+    layer's mask sliced to a key length read from the repeated keys' shape. Every norm and rotary is fused (none
+    were: the casts and the scale were opaque to the rules, the slice cut layer 0 from its attention, and the
+    runtime's rotary read the first row's table for every row), equal to the export on rows with their own
+    positions, prefill and decode step."""
+    model = onnx.load(str(DATA / "llama_optimum_tiny.onnx"))
+    monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))
+    out, report = optimize_onnx(model, time_check=False, peer_starts=False, settings={"budget": 2})
+    census = fused_census(out)
+    assert census["layer norm"] == (5, 5) and census["rotary"] == (4, 4), (census, report.decision)
+    for batch, past, step, seed in ((2, 0, 7, 1), (3, 6, 1, 2), (2, 5, 4, 3)):
+        feeds = _optimum_feeds(model, batch, past, step, seed)
+        want, got = run_onnx(model, feeds), run_onnx(out, feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)

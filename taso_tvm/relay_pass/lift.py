@@ -4,8 +4,9 @@ Every binding whose operator the registry knows becomes a node; anything else (a
 symbolic shapes, a tuple the registry cannot see through) becomes an *opaque* node that keeps the original
 expression, so lowering can put it back unchanged: nothing is ever dropped.
 
-Three identities are applied while lifting. As TVM's arithmetic simplifier would: x + 0 and x - 0, with a zero
-constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0); a cast to the
+Three identities are applied while lifting. As TVM's arithmetic simplifier would: x + 0, x - 0, x * 1 and x / 1,
+with a constant that does not broadcast x to a larger shape, are x (paddle2onnx writes `scale` as x * s + 0;
+transformers scales its rotary tables by an `attention_scaling` of 1); a cast to the
 dtype its operand has is that operand (torch's TorchScript exporter casts every RMS norm's input and output to
 float32 in a float32 model). And a take of
 indices in the ONNX frontend's negative-index form (`gather_form`) is the registry's take (ONNX's Gather) of the
@@ -217,16 +218,22 @@ class _Lifter:
         return LiftedBlock(graph, self.inputs, output_vars, self.opaque_inputs)
 
 
+IDENTITY_SIDES = {"add": (0, ((1, 0), (0, 1))), "sub": (0, ((1, 0),)), "mul": (1, ((1, 0), (0, 1))),
+                  "div": (1, ((1, 0),))}  # op: (its identity element, (constant side, operand side) pairs)
+
+
 def _adds_zero(op: str, args: list, refs: list, store: NodeStore, want: Optional[TensorType]) -> Optional[tuple]:
-    """The operand an add (either side) or a subtract (right side) of a zero constant leaves unchanged, when the
-    result has that operand's type; else None."""
-    if op not in ("add", "sub") or len(args) != 2 or want is None:
+    """The operand an add (either side) or a subtract (right side) of a zero constant, or a multiply (either side)
+    or a divide (right side) by a constant one, leaves unchanged, when the result has that operand's type; else
+    None."""
+    if op not in IDENTITY_SIDES or len(args) != 2 or want is None:
         return None
-    for zero, other in ((1, 0), (0, 1)) if op == "add" else ((1, 0),):
-        value = getattr(args[zero], "value", None) if isinstance(args[zero], GenericConst) else None
+    unit, sides = IDENTITY_SIDES[op]
+    for const, other in sides:
+        value = getattr(args[const], "value", None) if isinstance(args[const], GenericConst) else None
         if value is not None and store.type(refs[other]) == want:
             arr = value.numpy()
-            if arr.size and not np.any(arr):
+            if arr.size and np.all(arr == unit):
                 return refs[other]
     return None
 

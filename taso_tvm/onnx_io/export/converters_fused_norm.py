@@ -83,23 +83,38 @@ def convert_skip_rmsnorm_sum(ctx, call, attrs, args) -> Optional[list]:
 
 
 def _to_batch(ctx, table: str, x: str) -> str:
-    """A [1, S, D/2] table expanded to x's batch (ONNX 23's RotaryEmbedding takes [batch, S, D/2] caches)."""
+    """A [1 or batch, S, D/2] table expanded to x's batch (ONNX 23's RotaryEmbedding takes [batch, S, D/2]
+    caches)."""
     return ctx.op("Expand", table, ctx.op("Concat", ctx.dim_of(x, 0), ctx.i64([1, 1]), axis=0))
 
 
-def _runtime_rotary(ctx, x: str, tables: list, half: int, **attrs) -> str:
-    """ONNX Runtime's RotaryEmbedding on x with the half tables as its caches, read from row 0 on (position_ids [0],
-    an offset): one cache per table, however many rotations read it (a layer's query and key)."""
+def _runtime_rotary(ctx, x: str, tables: list, half: int, seq_axis: int, **attrs) -> str:
+    """ONNX Runtime's RotaryEmbedding on x with the half tables ([1 or batch, (1,) sequence, half], the sequence on
+    `seq_axis`) as its caches, their rows flattened: one cache per table, however many rotations read it (a layer's
+    query and key), and position_ids that read each batch row's own rows (`_table_rows`)."""
     caches = [ctx.memo(("rotary_cache", t, half), lambda t=t: ctx.op("Reshape", t, ctx.i64([-1, half])))
               for t in tables]
-    return ctx.node("RotaryEmbedding", [x, ctx.i64([0]), *caches], domain=MS,
+    ids = ctx.memo(("rotary_rows", tables[0], half), lambda: _table_rows(ctx, caches[0], tables[0], seq_axis, x))
+    return ctx.node("RotaryEmbedding", [x, ids, *caches], domain=MS,
                     out_types=[ctx.types.get(x, TensorProto.FLOAT)], **attrs)[0]
+
+
+def _table_rows(ctx, cache: str, table: str, seq_axis: int, x: str) -> str:
+    """position_ids [batch, S] for a cache of the table's rows: b * S + s where the table holds a row per batch entry
+    (positions a model takes as an input: optimum's exports), s where it holds one for the whole batch (expanded).
+    A table's batch is 1 at the binding searched either way, so the rows are counted at run time."""
+    s = ctx.dim_of(table, seq_axis)
+    rows = ctx.op("Reshape", ctx.dim_of(cache, 0), ctx.i64([]))
+    ids = ctx.op("Range", ctx.scalar(0, TensorProto.INT64), rows, ctx.scalar(1, TensorProto.INT64))
+    ids = ctx.op("Reshape", ids, ctx.op("Concat", ctx.i64([-1]), s, axis=0))
+    return ctx.op("Expand", ids, ctx.op("Concat", ctx.dim_of(x, 0), s, axis=0))
 
 
 @register_fused("rotary", standard=True, opsets=(0, 23))  # with standard_ops: ONNX 23's RotaryEmbedding
 def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
-    """RotaryEmbedding on x [batch, heads, sequence, head size] with one half table for the whole batch
-    ([1, 1, sequence, head size / 2]): ONNX Runtime's (`_runtime_rotary`); with standard_ops ONNX 23's, the tables
+    """RotaryEmbedding on x [batch, heads, sequence, head size] with half tables [1, 1, sequence, head size / 2] (at
+    the binding: one for the batch or a batch row's, `_table_rows`): ONNX Runtime's (`_runtime_rotary`); with
+    standard_ops ONNX 23's, the tables
     as its [batch, sequence, head size / 2] caches (below opset 23: the decomposition); anything else is written as
     the decomposition."""
     x, tables = static_dims(call.args[0].ty), static_dims(call.args[1].ty)
@@ -107,11 +122,11 @@ def convert_rotary(ctx, call, attrs, args) -> Optional[str]:
         return None
     half, interleaved = x[3] // 2, int(attrs.get("interleaved", 0))
     if not ctx.standard_ops:
-        return _runtime_rotary(ctx, args[0], [args[1], args[2]], half, interleaved=interleaved)
+        return _runtime_rotary(ctx, args[0], [args[1], args[2]], half, 2, interleaved=interleaved)
     if target_below(ctx, "rotary"):
         return None
     caches = [ctx.memo(("rotary_batch_cache", args[i], half), lambda i=i: _to_batch(
-        ctx, ctx.op("Reshape", args[i], ctx.i64([1, -1, half])), args[0])) for i in (1, 2)]
+        ctx, ctx.op("Reshape", args[i], ctx.i64([0, -1, half])), args[0])) for i in (1, 2)]  # its own batch kept
     return ctx.node("RotaryEmbedding", [args[0], *caches], out_types=[ctx.types.get(args[0], TensorProto.FLOAT)],
                     interleaved=interleaved)[0]
 
@@ -129,8 +144,8 @@ def convert_rotary_heads(ctx, call, attrs, args) -> Optional[str]:
     rd = int(attrs.get("rotary_dim") or 0)
     partial = {"rotary_embedding_dim": rd} if rd and rd != x[2] // n else {}  # the first rd entries of each head
     if not ctx.standard_ops:  # a table per batch row: ONNX Runtime's caches are one for the batch
-        return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], num_heads=n,
-                                                           interleaved=interleaved, **partial)
+        return None if tables[0] != 1 else _runtime_rotary(ctx, args[0], [args[1], args[2]], tables[2], 1,
+                                                           num_heads=n, interleaved=interleaved, **partial)
     if target_below(ctx, "rotary_heads"):
         return None
     caches = [args[i] if tables[0] != 1 else ctx.memo(("rotary_heads_batch_cache", args[i]),
