@@ -160,6 +160,7 @@ def _optimum_feeds(model: onnx.ModelProto, batch: int, past: int, step: int, see
     return feeds
 
 
+@pytest.mark.slow  # 17 s: its kernels measured cold
 def test_optimum_export_fuses_every_norm_and_rotary(tmp_path, monkeypatch):
     """Hugging Face optimum's `text-generation-with-past` export (TorchScript; `make_optimum_models.py`): its RMS
     norms cast to float32 and back, its rotary tables scaled by 1 and computed per batch row from position_ids, each
