@@ -164,15 +164,17 @@ def _optimum_feeds(model: onnx.ModelProto, batch: int, past: int, step: int, see
 def test_optimum_export_fuses_every_norm_and_rotary(tmp_path, monkeypatch):
     """Hugging Face optimum's `text-generation-with-past` export (TorchScript; `make_optimum_models.py`): its RMS
     norms cast to float32 and back, its rotary tables scaled by 1 and computed per batch row from position_ids, each
-    layer's mask sliced to a key length read from the repeated keys' shape. Every norm and rotary is fused (none
-    were: the casts and the scale were opaque to the rules, the slice cut layer 0 from its attention, and the
-    runtime's rotary read the first row's table for every row), equal to the export on rows with their own
-    positions, prefill and decode step."""
+    layer's mask sliced to a key length read from the repeated keys' shape, opset 18. Every norm, rotary and
+    attention is fused (none were: the casts and the scale were opaque to the rules, the slice cut layer 0 from its
+    attention, the runtime's rotary read the first row's table for every row, and opset 18 was not raised to ONNX
+    23's Attention), equal to the export on rows with their own positions, prefill and decode step."""
     model = onnx.load(str(DATA / "llama_optimum_tiny.onnx"))
     monkeypatch.setenv("TASO_TVM_COST_CACHE", str(tmp_path / "costs.sqlite"))
     out, report = optimize_onnx(model, time_check=False, peer_starts=False, settings={"budget": 2})
     census = fused_census(out)
     assert census["layer norm"] == (5, 5) and census["rotary"] == (4, 4), (census, report.decision)
+    # the attention as ONNX 23's with the cache (the model raised from opset 18), over the kv heads themselves
+    assert census["attention"] == (2, 2), (census, report.decision)
     for batch, past, step, seed in ((2, 0, 7, 1), (3, 6, 1, 2), (2, 5, 4, 3)):
         feeds = _optimum_feeds(model, batch, past, step, seed)
         want, got = run_onnx(model, feeds), run_onnx(out, feeds)

@@ -96,7 +96,9 @@ def _model(op: str, opset: int) -> onnx.ModelProto:
 
 def test_an_opset_is_raised_only_where_no_operator_changed_meaning():
     assert can_raise_opset(_model("Relu", 20), 23) and can_raise_opset(_model("Relu", 23), 23)
+    assert can_raise_opset(_model("Relu", 18), 23)  # torch's TorchScript exporter's opset (optimum's exports)
     assert not can_raise_opset(_model("GroupNormalization", 20), 23)  # 21: scale and bias per channel
+    assert not can_raise_opset(_model("DFT", 18), 23) and not can_raise_opset(_model("GridSample", 19), 23)  # 20
     assert not can_raise_opset(_model("Relu", 17), 23)  # older opsets changed attributes into inputs
 
 

@@ -119,8 +119,13 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-RAISABLE_FROM = 20  # the oldest opset raised to a newer one (older ones changed attributes into inputs)
-MEANING_CHANGED = frozenset({"GroupNormalization"})  # 21: per-channel scale and bias; 21-23 otherwise add types
+RAISABLE_FROM = 18  # the oldest opset raised to a newer one (before 18 the reductions, Split and Pad took as
+# attributes what they take as inputs since)
+MEANING_CHANGED = frozenset({"GroupNormalization",  # 21: per-channel scale and bias
+                             "DFT",  # 20: its axis an input
+                             "GridSample"})  # 20: its modes renamed (bilinear -> linear, bicubic -> cubic)
+# 19-23 otherwise add types, or attributes and modes whose defaults keep the meaning (Cast's saturate, Pad's wrap,
+# AveragePool's dilations, the quantizers' blocks)
 
 
 def can_raise_opset(model: onnx.ModelProto, to: int) -> bool:
