@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from taso_tvm.runtime.check import check_onnx
@@ -65,3 +66,31 @@ def test_the_written_model_is_folded_where_onnxsim_would_fold(tmp_path):
     assert [i.SerializeToString() for i in out.graph.input] == [i.SerializeToString() for i in m.graph.input]
     first = make_binding(m)
     check_onnx(m, out, [feeds_at(m, b, seed=2) for b in second_bindings(first, m)[1:]])
+
+
+def _two_dims(op: str) -> onnx.ModelProto:
+    """y = x * f(H, W) for x [1, 3, H, W], f = H / W (integer division: the ratio) or H > W (the order), each of
+    which is the same at two bindings that scale both dims alike."""
+    idx = [numpy_helper.from_array(np.array(2, np.int64), "two"), numpy_helper.from_array(np.array(3, np.int64),
+                                                                                            "three")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "two"], ["h"], name="h", axis=0),
+             helper.make_node("Gather", ["s", "three"], ["w"], name="w", axis=0),
+             helper.make_node(op, ["h", "w"], ["r"], name="f"),
+             helper.make_node("Cast", ["r"], ["rf"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "rf"], ["y"], name="scale")]
+    g = helper.make_graph(nodes, "two_dims", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, "H", "W"])], idx)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["Div", "Greater"])
+def test_a_value_of_two_dims_alike_at_both_bindings_is_not_folded(op):
+    """The bindings scale every dim alike (H = W = 64, then 128): the ratio H / W and the order H > W are the same at
+    both, yet depend on the dims (a detector's resize to a fixed short side: FCOS's folded sizes were those of a square
+    image). Two more bindings, the dims out of ratio and in both orders, keep them computed."""
+    m = _two_dims(op)
+    first = make_binding(m)
+    prep = prepare(m, second=second_bindings(first, m)[0])
+    assert float(prep.folded[0].consts["rf"]) == float(prep.folded[1].consts["rf"])  # alike at both bindings
+    assert "rf" not in binding_independent_constants(prep)

@@ -2,10 +2,12 @@
 written folded.
 
 `prepare` folds each working copy with onnxsim; a tensor that the user's nodes compute, that no node of either
-working copy still computes and that is the same constant at both bindings depends on no symbolic dim (a position
-table sliced to a fixed length, a mask constant, a shape built from static dims). The written model takes it as an
-initializer, and the nodes that computed only it go. Everything else stays as the user had it; the driver checks the
-result at both bindings and times it like any rewrite.
+working copy still computes and that is the same constant at both bindings, and at two more that keep no two dims in
+their ratio nor their order (`skewed_bindings`: the two scale every dim alike, and FCOS's resize to a fixed short
+side gives the same sizes for every square image), depends on no symbolic dim (a position table sliced to a fixed
+length, a mask constant, a shape built from static dims). The written model takes it as an initializer, and the
+nodes that computed only it go. Everything else stays as the user had it; the driver checks the result at both
+bindings and times it like any rewrite.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import onnx
 from onnx import numpy_helper
 
 from .onnx_graph import live_nodes, producers
-from .prepare import Prepared
+from .prepare import Prepared, fold_at, skewed_bindings
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +38,20 @@ def binding_independent_constants(prep: Prepared) -> dict[str, np.ndarray]:
             continue  # an initializer of the user's, an output, or still computed at some binding
         if prep.model.graph.node[p].op_type == "Constant" or value.nbytes > MAX_FOLDED_BYTES:
             continue
-        same = all(name in f.consts and f.consts[name].shape == value.shape and f.consts[name].dtype == value.dtype
-                   and np.array_equal(f.consts[name], value) for f in prep.folded[1:])
-        if same:
+        if all(_same(f.consts.get(name), value) for f in prep.folded[1:]):
             out[name] = value
+    for skew in skewed_bindings(prep.first.binding, prep.model) if out else ():
+        f, ok = fold_at(prep.model, skew)  # the bindings scale every dim alike: a value of their ratio is the same
+        kept = {k: v for k, v in out.items() if ok and _same(f.consts.get(k), v)}
+        if len(kept) < len(out):
+            log.info("%d value(s) folded alike at both bindings differ at %s: computed as the model does",
+                     len(out) - len(kept), skew.label())
+        out = kept
     return out
+
+
+def _same(a, b: np.ndarray) -> bool:
+    return a is not None and a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def fold_into(model: onnx.ModelProto, consts: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, int]:

@@ -6,9 +6,10 @@ that remain of it: a Softmax for an attention, a LayerNormalization of a sum (or
 ReduceMeans) for a layer norm, an Erf for a GELU. A layer norm of a sum counts as fused when ONNX Runtime's optimizer
 fuses it too: with its residual sum (SkipLayerNormalization) or its embeddings (EmbedLayerNormalization); one of a
 value no Add computes (a decoder's first, on the token embeddings alone) is as fused as it can be, one operator.
-RMS norms (decoders) count as layer norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as SimplifiedLayerNormalization or ONNX 23's
-RMSNormalization, or written in the pieces ONNX Runtime fuses into SimplifiedLayerNormalization when it loads the
-model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's Reciprocal of the Sqrt) they are left unfused.
+RMS norms (decoders) count as layer norms: fused with their residual sum (SkipSimplifiedLayerNormalization), as
+SimplifiedLayerNormalization or ONNX 23's RMSNormalization, or written in the pieces ONNX Runtime fuses into
+SimplifiedLayerNormalization when it loads the model (Pow 2, ReduceMean, Add, Sqrt, Div); in other pieces (torch's
+Reciprocal of the Sqrt) they are left unfused.
 Rotary embeddings: RotaryEmbedding, or inside a GroupQueryAttention (query and key); left: transformers' rotate_half
 (a Neg of one half concatenated with the other) or the interleaved rotate_every_two (the same on pairs).
 """

@@ -192,6 +192,23 @@ def second_bindings(first: Binding, model: onnx.ModelProto) -> list[Binding]:
     return out
 
 
+def skewed_bindings(first: Binding, model: onnx.ModelProto) -> list[Binding]:
+    """Two more values of every symbolic dim that keep no two of them in the first binding's ratio, the second with
+    their order reversed (the candidates of `second_bindings` scale every dim alike: a value that depends on an
+    image's aspect ratio, on which side is the shorter or on a past length against a sequence length is the same
+    there), for models with two or more symbolic dims above 1 (a dim of 1 goes to 3, the others double: their ratio
+    to it changes already); none for fewer."""
+    scaled = sorted(k for k, v in first.dims.items() if v > 1)
+    if len(scaled) < 2:
+        return []
+    out = []
+    for names in (scaled, scaled[::-1]):
+        values = {k: 3 if v == 1 else 2 * v for k, v in first.dims.items()}
+        values.update({k: 2 * first.dims[k] + j * max(1, first.dims[k] // 2) for j, k in enumerate(names)})
+        out.append(Binding(values, _shapes_at(model, values)))
+    return out
+
+
 def _shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> dict[str, list[int]]:
     shapes = {}
     for vi in graph_inputs(model):

@@ -181,8 +181,9 @@ def _move_dim_reads(model: onnx.ModelProto, moves: dict[int, tuple[str, int]]) -
         g.initializer.append(numpy_helper.from_array(np.full(was.shape, axis, np.int64), index))
         n.input[0], n.input[1] = shapes[src], index
     read = {x for n in g.node for x in n.input} | {o.name for o in g.output}
-    dropped = {n.output[0]: copy.deepcopy(n) for n in g.node if n.op_type == "Shape" and n.output[0] not in read}
-    nodes = first + [n for n in g.node if n.output[0] not in dropped]  # a Shape left unread would tie the layer
+    freed = {was.input[0] for was in was_nodes.values() if was.op_type == "Gather"}  # the Shapes the moves left
+    dropped = {n.output[0]: copy.deepcopy(n) for n in g.node if n.output and n.output[0] in freed - read}
+    nodes = first + [n for n in g.node if not n.output or n.output[0] not in dropped]  # unread, it would tie the layer
     del g.node[:]
     g.node.extend(nodes)
     return {out: (was, dropped.get(was.input[0]) if was.op_type == "Gather" and was.input[0] in shape_of else None)

@@ -3,7 +3,9 @@ linearly with model size, then splice each region's best rewrite back.
 
 A region is a run of consecutive operators in topological order. Its inputs produced outside it become
 placeholder inputs (weights, and values computed from weights alone, stay as they are, so rules that need a weight
-still see one); its outputs are the tensors used after it. A second pass with boundaries shifted by half a region catches patterns that straddle a cut.
+still see one); its outputs are the tensors used after it. A second pass with boundaries shifted by half a region
+catches patterns that straddle a cut; a graph that does not repeat and that two regions would cover (one decoder
+layer) is searched whole.
 
 A graph that repeats itself (the layers of a transformer) is cut at whole periods, so that its regions repeat too; a
 region structurally identical to one searched before (same operators, attributes, types and wiring, same values of
