@@ -119,6 +119,7 @@ def test_standard_ops_write_no_runtime_operator(tmp_path, monkeypatch):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-3, atol=1e-4, err_msg=k)
 
 
+@pytest.mark.slow  # 15 s; the default suite's 6-minute margin
 def test_a_rotary_table_gathered_from_a_cache_kept_as_a_weight_fuses(tmp_path, monkeypatch):
     """GPT-J's sin/cos cache (`embed_positions`) as a user's large model has it: above the size kept as a reference
     to the data file (here 1024 positions, 8192 values), so no folding reads it and the tables gathered from it by
