@@ -116,6 +116,7 @@ def test_a_model_that_reads_every_row_is_left_alone():
     assert report.rules_applied and not set(report.rules_applied) & DEAD_ROWS, report.rules_applied
 
 
+@pytest.mark.slow  # 4.5 s: room in the default suite
 def test_the_tvm_build_computes_one_row_and_equals_onnx_runtime():
     """`taso_tvm.compile` (the TVM path) builds the sliced graph; its logits equal ONNX Runtime's original's."""
     import taso_tvm

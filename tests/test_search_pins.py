@@ -1,9 +1,11 @@
 """The search's results on three zoo models are pinned (analytic cost, frozen rule file): refactors keep them."""
 import json
 
+import pytest
 from search_pins import PIN_FILE, search_results
 
 
+@pytest.mark.slow  # 11 s: room in the default suite (its 6-minute margin)
 def test_search_results_match_the_pins():
     pinned = json.loads(PIN_FILE.read_text())
     got = search_results()
