@@ -88,9 +88,13 @@ def _two_dims(op: str) -> onnx.ModelProto:
 def test_a_value_of_two_dims_alike_at_both_bindings_is_not_folded(op):
     """The bindings scale every dim alike (H = W = 64, then 128): the ratio H / W and the order H > W are the same at
     both, yet depend on the dims (a detector's resize to a fixed short side: FCOS's folded sizes were those of a square
-    image). Two more bindings, the dims out of ratio and in both orders, keep them computed."""
+    image). Two more bindings, the dims out of ratio and in both orders, keep them computed; the driver's second
+    binding is itself out of ratio where two dims are above 1."""
     m = _two_dims(op)
     first = make_binding(m)
-    prep = prepare(m, second=second_bindings(first, m)[0])
+    doubled = second_bindings(first, m)[1]  # (the first candidate is skewed already: the driver's own choice)
+    assert doubled.dims == {"H": 128, "W": 128}
+    prep = prepare(m, second=doubled)
     assert float(prep.folded[0].consts["rf"]) == float(prep.folded[1].consts["rf"])  # alike at both bindings
     assert "rf" not in binding_independent_constants(prep)
+    assert second_bindings(first, m)[0].dims == {"H": 128, "W": 160}
