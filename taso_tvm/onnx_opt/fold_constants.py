@@ -40,7 +40,8 @@ def binding_independent_constants(prep: Prepared) -> dict[str, np.ndarray]:
             continue
         if all(_same(f.consts.get(name), value) for f in prep.folded[1:]):
             out[name] = value
-    for skew in skewed_bindings(prep.first.binding, prep.model) if out else ():
+    folded = [f.binding.dims for f in prep.folded]  # (the driver's second binding is the first skew, if any)
+    for skew in (b for b in skewed_bindings(prep.first.binding, prep.model) if b.dims not in folded) if out else ():
         f, ok = fold_at(prep.model, skew)  # the bindings scale every dim alike: a value of their ratio is the same
         kept = {k: v for k, v in out.items() if ok and _same(f.consts.get(k), v)}
         if len(kept) < len(out):

@@ -11,9 +11,9 @@ That is decided by evaluating the chain, not by matching one exporter's node pat
 value, on one integer graph input of rank 2 only (other inputs through their Shape alone), and equal
 where(mask != 0, 0, c) on every test mask (all ones, random bits, left and right padding, a fully masked row,
 values other than 0 and 1) at every binding the model is checked at. The node then reads the mask's nonzero bits
-as an int32 2-D mask with `mask_filter_value` c, which ONNX Runtime adds where the mask is 0 (the same sum as the bias; equal
-to the bit on fully masked rows too), and the chain, when nothing else reads it, is removed. The result is checked
-against the user's model like every rewrite.
+as an int32 2-D mask with `mask_filter_value` c, which ONNX Runtime adds where the mask is 0 (the same sum as the
+bias; equal to the bit on fully masked rows too), and the chain, when nothing else reads it, is removed. The result
+is checked against the user's model like every rewrite.
 
 ONNX 23's Attention (the grouped attention of decoders) has no 2-D mask input: it reads the padding mask as the
 bias where(mask != 0, 0, c) of shape [B, 1, 1, Skv] made from the mask by three nodes (Cast, Unsqueeze, Where). A

@@ -180,8 +180,9 @@ def make_binding(model: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[
 
 def second_bindings(first: Binding, model: onnx.ModelProto) -> list[Binding]:
     """Candidates for a second value of every symbolic dim, best first: 3 for a dim of 1, else twice the value (where
-    two or more dims are above 1, first with no two of those in their ratio: `skewed_bindings`); then one eighth more (models that want multiples of 8, e.g. audio frames); then one more; then half (a model
-    bound at its longest sequence, BERT at 512 positions, runs at no larger one)."""
+    two or more dims are above 1, first with no two of those in their ratio: `skewed_bindings`); then one eighth
+    more (models that want multiples of 8, e.g. audio frames); then one more; then half (a model bound at its
+    longest sequence, BERT at 512 positions, runs at no larger one)."""
     steps = [lambda v: 3 if v == 1 else 2 * v, lambda v: 3 if v == 1 else v + max(1, v // 8),
              lambda v: v + 1, lambda v: 3 if v == 1 else max(2, v // 2)]
     out = skewed_bindings(first, model)[:1]  # two or more dims above 1: not all in the first binding's ratio

@@ -53,7 +53,8 @@ def rewire_shape_reads(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     g = typed.graph
     types = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
     prod = producers(model.graph)
-    dim_moves = _dim_reads(model, types)
+    ints = _small_ints(model)
+    dim_moves = _dim_reads(model, types, prod, ints)
     read_by_moved = {prod.get(model.graph.node[i].input[0]) for i in dim_moves} | set(dim_moves)
     moves: dict[int, str] = {}
     for i, n in enumerate(model.graph.node):
@@ -85,27 +86,32 @@ def rewire_shape_reads(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     if moves:
         log.info("%d Shape node(s) read an earlier tensor of the same shape", len(moves))
     if dim_moves:
-        before.update(_move_dim_reads(out, dim_moves))
+        before.update(_move_dim_reads(out, dim_moves, ints))
         log.info("%d read(s) of one dim read it from a graph input", len(dim_moves))
     return out, before
 
 
-def _index(model: onnx.ModelProto, name: str) -> Optional[np.ndarray]:
-    """A constant one-element integer tensor (an initializer or a Constant node's value), else None."""
+def _small_ints(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """{name: value} of the model's one-element integer constants (initializers and Constant nodes' values): the
+    indices a read of one dim takes."""
+    out = {}
     for t in model.graph.initializer:
-        if t.name == name:
+        if len(t.dims) <= 1 and (not t.dims or t.dims[0] == 1):
             a = numpy_helper.to_array(t)
-            return a if a.size == 1 and a.dtype.kind in "iu" else None
+            if a.dtype.kind in "iu":
+                out[t.name] = a
     for n in model.graph.node:
-        if n.op_type == "Constant" and n.output and n.output[0] == name and n.attribute:
+        if n.op_type == "Constant" and len(n.output) == 1 and n.attribute:
             a = n.attribute[0]
             v = numpy_helper.to_array(a.t) if a.type == onnx.AttributeProto.TENSOR else \
                 np.array(a.i, np.int64) if a.name == "value_int" else None
-            return v if v is not None and v.size == 1 and v.dtype.kind in "iu" else None
-    return None
+            if v is not None and v.size == 1 and v.dtype.kind in "iu":
+                out[n.output[0]] = v
+    return out
 
 
-def _dim_reads(model: onnx.ModelProto, types: dict) -> dict[int, tuple[str, int]]:
+def _dim_reads(model: onnx.ModelProto, types: dict, prod: dict[str, int], ints: dict[str, np.ndarray]
+               ) -> dict[int, tuple[str, int]]:
     """{index of a node that reads one dim of a tensor computed at run time: (the graph input naming that dim, its
     axis there)}: `Gather(Shape(x), i)` (the Gather's index) or `Shape(x, start=i, end=i + 1)`."""
     g = model.graph
@@ -117,7 +123,6 @@ def _dim_reads(model: onnx.ModelProto, types: dict) -> dict[int, tuple[str, int]
     if not named:
         return {}
     inputs = {x.name for x in g.input}
-    prod = producers(g)
     out: dict[int, tuple[str, int]] = {}
     for i, n in enumerate(g.node):
         if n.domain not in ("", "ai.onnx"):
@@ -127,7 +132,7 @@ def _dim_reads(model: onnx.ModelProto, types: dict) -> dict[int, tuple[str, int]
             shape = g.node[p] if p is not None else None
             if shape is None or shape.op_type != "Shape" or shape.attribute:
                 continue
-            index = _index(model, n.input[1])
+            index = ints.get(n.input[1])
             x, axis = shape.input[0], None if index is None else int(index.reshape(-1)[0])
         elif n.op_type == "Shape" and n.attribute:
             x, at = n.input[0], {a.name: a.i for a in n.attribute}
@@ -147,7 +152,8 @@ def _dim_reads(model: onnx.ModelProto, types: dict) -> dict[int, tuple[str, int]
     return out
 
 
-def _move_dim_reads(model: onnx.ModelProto, moves: dict[int, tuple[str, int]]) -> dict[str, tuple]:
+def _move_dim_reads(model: onnx.ModelProto, moves: dict[int, tuple[str, int]], ints: dict[str, np.ndarray]
+                    ) -> dict[str, tuple]:
     """Make each node of `moves` read its dim from the graph input (in place): a Gather reads a new Shape of the
     input at the input's axis, a Shape with start/end takes the input and its axis. Returns {each moved node's
     output: (the node as it was, the Shape node it read if that is now unread and dropped, else None)}."""
@@ -177,7 +183,7 @@ def _move_dim_reads(model: onnx.ModelProto, moves: dict[int, tuple[str, int]]) -
             shapes[src] = fresh(f"{DIMS_PREFIX}{src}")
             first.append(onnx.helper.make_node("Shape", [src], [shapes[src]], name=shapes[src]))
         index = fresh(f"{DIMS_PREFIX}{src}_axis{axis}")
-        was = _index(model, n.input[1])  # its rank kept: a scalar index gives a scalar, a [1] index a [1] tensor
+        was = ints[n.input[1]]  # its rank kept: a scalar index gives a scalar, a [1] index a [1] tensor
         g.initializer.append(numpy_helper.from_array(np.full(was.shape, axis, np.int64), index))
         n.input[0], n.input[1] = shapes[src], index
     read = {x for n in g.node for x in n.input} | {o.name for o in g.output}
@@ -204,16 +210,18 @@ def restore_shape_reads(model: onnx.ModelProto, before: dict[str, Any]) -> onnx.
         for x in n.input:
             readers.setdefault(x, []).append(i)
     back: list[onnx.NodeProto] = []
+    have = set(prod) | inputs | {t.name for t in g.initializer}
     for i, n in enumerate(g.node):
         old = before.get(n.output[0]) if n.output else None
         if isinstance(old, tuple):  # a read of one dim: (the node as it was, the Shape it read, if dropped)
             was, shape = old
             x = (shape or was).input[0]
-            have = set(prod) | inputs | {t.name for t in g.initializer} | ({shape.output[0]} if shape else set())
-            if all(v in have for v in list(was.input) + [x] if v) and not _reaches(g, readers, i, prod.get(x)):
+            readable = have | ({shape.output[0]} if shape else set())
+            if all(v in readable for v in list(was.input) + [x] if v) and not _reaches(g, readers, i, prod.get(x)):
                 n.CopyFrom(was)
                 if shape is not None and shape.output[0] not in prod:
                     prod[shape.output[0]] = -1
+                    have.add(shape.output[0])
                     back.append(shape)
             continue
         if old is None or n.op_type != "Shape" or old == n.input[0] or old not in prod and old not in inputs:
