@@ -33,10 +33,15 @@ def test_the_guard_times_ort_optimizers_output_for_a_transformer():
     assert t.sessions == GUARD_SESSIONS  # each model in several sessions in turn: no session's placement decides
     fastest = min(range(1, len(names)), key=lambda i: t.latencies[i].median)
     written = report.decision.split(":")[0]
-    if written != "original":  # the fastest, or a more fused one level with it, both faster than the original
+    if written != "original":  # the fastest, or a more fused one level with it, both faster than the original;
+        # where none is faster, one level with the original that runs more layers fused
         w = names.index(written if written in names else "optimized")
-        assert t.ratios[w - 1].verdict == "faster", report.decision
-        assert w == fastest or t.between(fastest, w).verdict != "slower", report.decision
+        if t.ratios[w - 1].verdict == "faster":
+            assert w == fastest or t.between(fastest, w).verdict != "slower", report.decision
+        else:
+            assert t.ratios[w - 1].verdict == "not different" and "level with the original" in report.decision
+            assert report.fused and sum(d for d, _ in report.fused.values()) > \
+                sum(d for d, _ in fused_census(m).values()), report.decision
     # from the original only: no peer's file, nor the search from it
     out, report = optimize_onnx(m, {"cost": "analytic", "budget": 10}, time_cap=2.0, peer_starts=False)
     names = [lat.name for lat in report.timing.latencies] if report.timing else []
