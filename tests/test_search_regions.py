@@ -256,3 +256,47 @@ def test_a_replay_reads_a_weight_both_regions_share_where_the_copy_reads_it():
     got, = replay(sub, like, best).evaluate(feeds)
     want, = sub.evaluate(feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_every_phase_of_the_cut_is_judged_on_as_many_periods():
+    """Three layers h -> sigmoid(neg(exp(h)) * h) and one operator after them. Cut between layers, only h crosses,
+    read by both of the next layer's first operator and its product; cut before a sigmoid, its product crosses, read
+    once (a chain a fusion may want whole). Judged on the cuts a phase has within the graph, the later phase had two
+    and the layer boundary three, and the smaller sum of two cut the layers before their sigmoids (Qwen2's decode
+    step was cut inside its attention so)."""
+    S = NodeStore()
+    h = S.input("x", TensorType((2, 3)))
+    layers = []
+    for _ in range(3):
+        e = S.add("exp", [h])[0]
+        n = S.add("neg", [e])[0]
+        m = S.add("mul", [n, h])[0]
+        h = S.add("sigmoid", [m])[0]
+        layers.append({e[0], n[0], m[0], h[0]})
+    g = TensorGraph(S, [S.add("tanh", [h])[0]])
+    parts = regions(g, 4)
+    assert all(layer in parts for layer in layers), [sorted(S.nodes[i].op for i in p) for p in parts]
+
+
+def test_a_graph_the_first_pass_brought_to_two_regions_is_searched_whole_next():
+    """32 operators in runs of 8, each run rewritten to 3: the 12 left are searched whole in the second pass (cut
+    again, a shifted cut parts what the first pass's cut parted: a residual sum from the next layer's norm)."""
+    S = NodeStore()
+    x = S.input("x", TensorType((2, 3)))
+    for i in range(32):
+        x = S.add("relu" if i % 2 else "tanh", [x])[0]
+    g = TensorGraph(S, [x])
+    seen: list = []
+
+    def search_one(sub):
+        seen.append(sub.num_ops)
+        if sub.num_ops != 8:
+            return sub, _Stats()
+        y = next(n for n in sub.inputs())
+        out = (y.id, 0)
+        for op in ("exp", "neg", "erf"):
+            out = S.add(op, [out])[0]
+        return TensorGraph(S, [out]), _Stats()
+
+    best, _ = search_by_regions(g, search_one, 8)
+    assert best.num_ops == 12 and seen == [8, 12], seen

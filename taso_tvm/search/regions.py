@@ -205,9 +205,14 @@ def _narrowest_cut(graph: TensorGraph, ops: list, start: int, p: int) -> int:
         return sum(1 for f, _ in crossing if f < c), len(crossing), sum(1 for _, n in crossing if n == 1)
 
     best, best_key = start, None
-    for c in range(start, min(start + p, len(ops))):  # each phase judged a few periods in, where every layer
-        at = [q for q in (c + p, c + 2 * p, c + 3 * p) if q < len(ops)] or [c]  # looks alike (near the graph's
-        key = tuple(map(sum, zip(*(cut_key(q) for q in at))))  # inputs fewer tensors cross anywhere)
+    end = min(start + p, len(ops))
+    # each phase judged a few periods in, where every layer looks alike (near the graph's inputs fewer tensors cross
+    # anywhere), and every phase on as many periods: a sum over fewer cuts (a late phase's third falling past the
+    # graph's end) is not a narrower cut (Qwen2's decode step was cut inside its attention for that)
+    reach = min(3, (len(ops) - end) // p)
+    for c in range(start, end):
+        at = [c + m * p for m in range(1, reach + 1)] or [c]
+        key = tuple(map(sum, zip(*(cut_key(q) for q in at))))
         if best_key is None or key < best_key:
             best, best_key = c, key
     return best
@@ -332,8 +337,10 @@ def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tu
         stop = False
         if offset == 0:
             runs = first
-        else:  # a first pass that shrank the graph to one region's size leaves one run: the whole graph
-            runs = regions(graph, size, offset) if graph.num_ops > size else [{n.id for n in graph.ops()}]
+        else:  # a first pass that shrank the graph to WHOLE_REGIONS regions' size leaves one run: the whole graph
+            # (its cuts would part again what the first pass's cut parted: a residual sum from the next layer's norm)
+            runs = regions(graph, size, offset) if graph.num_ops > WHOLE_REGIONS * size \
+                else [{n.id for n in graph.ops()}]
         if offset:  # the shifted pass cuts the graph the first pass left, into one run more or fewer
             bar.total = bar.done + len(runs)
         context = shared_context(graph, runs)
