@@ -482,7 +482,9 @@ def _guard(report: OnnxReport, original: onnx.ModelProto, result: Optional[onnx.
         return result
     if result is not None:
         for r in report.accepted:
-            r.accepted, r.note = None, f"rewritten, but the whole was not faster than the {name} model"
+            r.accepted, r.note = None, (f"rewritten, but the {name} model was written (level with the original, "
+                                        f"the most fused)" if level else f"rewritten, but the whole was not faster "
+                                        f"than the {name} model")
         why += f", optimized/{name} = {t.between(best, 1).ratio:.3f}"
     if level:
         report.decision = f"{name}: {level}"
