@@ -314,7 +314,7 @@ def _reused(stats):
 def search_by_regions(graph: TensorGraph, search_one: Callable[[TensorGraph], tuple], size: int,
                       out_of_time: Optional[Callable[[], bool]] = None) -> tuple[TensorGraph, list]:
     """Search each region of `size` operators, twice (aligned cuts, then cuts shifted by half a region, or the
-    whole graph where the first pass brought it down to `size` operators).
+    whole graph where the first pass brought it down to WHOLE_REGIONS regions' size).
 
     Regions of one pass are disjoint, so each is searched against the same graph and all their rewrites are
     spliced in at once (one `replace`, which chains a region's new inputs to its upstream region's new outputs).
