@@ -511,7 +511,13 @@ def _most_fused_level(models: Sequence[onnx.ModelProto], t: Any, fastest: int) -
     bound = t.latencies[fastest].median * (1 + GUARD_MIN_GAIN)
     level = [i for i in range(1, len(models)) if i not in t.dropped and t.ratios[i - 1].verdict == "faster"
              and (i == fastest or (t.latencies[i].median <= bound and t.between(fastest, i).verdict != "slower"))]
-    return max(level, key=lambda i: (_fused_layers(models[i]), -t.latencies[i].median))
+    return _most_fused(models, t, level)
+
+
+def _most_fused(models: Sequence[onnx.ModelProto], t: Any, level: Sequence[int]) -> Optional[int]:
+    """Of the candidates `level`, the one that runs the most layers as fused operators (ties: the faster); None if
+    there is none."""
+    return max(level, key=lambda i: (_fused_layers(models[i]), -t.latencies[i].median)) if level else None
 
 
 def _more_fused_level_with_original(models: Sequence[onnx.ModelProto], t: Any) -> Optional[int]:
@@ -521,10 +527,10 @@ def _more_fused_level_with_original(models: Sequence[onnx.ModelProto], t: Any) -
     layers' products and the LM head dominate) and grows with the sequence: the fused graph is not slower here and
     is what ONNX Runtime's own optimizer writes."""
     base = _fused_layers(models[0])
-    fused = {i: _fused_layers(models[i]) for i in range(1, len(models)) if i not in t.dropped}
-    level = [i for i, n in fused.items() if n > base and t.ratios[i - 1].verdict == "not different"
-             and t.ratios[i - 1].ratio <= 1 + GUARD_MIN_GAIN]
-    return max(level, key=lambda i: (fused[i], -t.latencies[i].median)) if level else None
+    return _most_fused(models, t, [i for i in range(1, len(models)) if i not in t.dropped
+                                   and t.ratios[i - 1].verdict == "not different"
+                                   and t.ratios[i - 1].ratio <= 1 + GUARD_MIN_GAIN
+                                   and _fused_layers(models[i]) > base])
 
 
 class _Sessions:

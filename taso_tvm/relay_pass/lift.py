@@ -153,7 +153,7 @@ class _Lifter:
             return False
         if any(not self.store.type(r).is_static or self.store.type(r).dtype == "opaque" for r in refs):
             return False
-        same = _adds_zero(opdef.name, args, refs, self.store, _static_type(var.ty))
+        same = _identity_operand(opdef.name, args, refs, self.store, _static_type(var.ty))
         if same is not None:
             self.env[var] = same
             return True
@@ -222,7 +222,8 @@ IDENTITY_SIDES = {"add": (0, ((1, 0), (0, 1))), "sub": (0, ((1, 0),)), "mul": (1
                   "div": (1, ((1, 0),))}  # op: (its identity element, (constant side, operand side) pairs)
 
 
-def _adds_zero(op: str, args: list, refs: list, store: NodeStore, want: Optional[TensorType]) -> Optional[tuple]:
+def _identity_operand(op: str, args: list, refs: list, store: NodeStore,
+                      want: Optional[TensorType]) -> Optional[tuple]:
     """The operand an add (either side) or a subtract (right side) of a zero constant, or a multiply (either side)
     or a divide (right side) by a constant one, leaves unchanged, when the result has that operand's type; else
     None."""
